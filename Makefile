@@ -1,0 +1,34 @@
+# chunksel: `make bench` runs the main job (quick profile), `make test` runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export CHUNKSEL_DATA ?= $(abspath ../shared/data)
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install test bench bench-full lint models
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install torch==2.13.0
+	$(BIN)/pip install -e '.[all,dev]'
+	touch $@
+
+install: $(BIN)/.installed
+
+models: install
+	$(BIN)/chunksel fetch-models
+
+test: install models
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+
+bench: install models
+	$(BIN)/chunksel bench --profile quick
+
+bench-full: install models
+	$(BIN)/chunksel bench --profile full --out reports/full

@@ -1,0 +1,99 @@
+"""Settings and dataclass configs.
+
+Environment settings:
+
+- ``CHUNKSEL_DATA``: read-only input root (the shared benchmark data). No default inside
+  the library; the Makefile sets it to ``../shared/data``.
+- ``CHUNKSEL_CACHE``: every generated artifact (embeddings, indexes, instances, features,
+  models, reports). Default ``~/.cache/chunksel``.
+
+Configs are dataclasses with ``to_dict``/``from_dict``; :func:`config_hash` gives the
+short stable key under which a stage caches what it produced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+from chunksel.errors import DataError
+
+T = TypeVar("T")
+
+
+def data_root(path: str | os.PathLike | None = None) -> Path:
+    """The input data root: ``path``, else ``$CHUNKSEL_DATA``; it must exist."""
+    raw = path if path is not None else os.environ.get("CHUNKSEL_DATA")
+    if not raw:
+        raise DataError("no data root: set CHUNKSEL_DATA or pass --data-root")
+    root = Path(raw).expanduser()
+    if not root.is_dir():
+        raise DataError(f"data root {str(root)!r} does not exist (CHUNKSEL_DATA)")
+    return root
+
+
+def cache_root(path: str | os.PathLike | None = None) -> Path:
+    """The cache root: ``path``, else ``$CHUNKSEL_CACHE``, else ``~/.cache/chunksel``."""
+    raw = path if path is not None else os.environ.get("CHUNKSEL_CACHE")
+    root = Path(raw).expanduser() if raw else Path.home() / ".cache" / "chunksel"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A JSON-ready dict of a dataclass config (nested dataclasses included)."""
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """Build ``cls`` from ``data``, rejecting unknown keys with a clear error."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise DataError(f"unknown {cls.__name__} settings: {', '.join(unknown)}")
+    return cls(**data)
+
+
+def stable_json(obj: Any) -> str:
+    """Canonical JSON (sorted keys, no spaces) for hashing."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def config_hash(obj: Any, length: int = 12) -> str:
+    """Short sha256 of a config (dataclass or JSON-ready object)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = to_dict(obj)
+    return hashlib.sha256(stable_json(obj).encode()).hexdigest()[:length]
+
+
+def file_checksum(path: str | os.PathLike, length: int = 16) -> str:
+    """sha256 of a file's bytes (streamed), shortened; used to key caches on inputs."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:length]
+
+
+def set_threads(n: int | None) -> None:
+    """Limit BLAS/OpenMP/torch threads for this process (``--threads``)."""
+    if not n:
+        return
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(n)
+    try:
+        import torch
+
+        torch.set_num_threads(n)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import faiss  # type: ignore[import-not-found]
+
+        faiss.omp_set_num_threads(n)
+    except ImportError:  # pragma: no cover
+        pass

@@ -1,0 +1,278 @@
+"""The one selector interface, its shared behaviour, and the lazy registry.
+
+Contract (DESIGN.md "One selector interface"):
+
+- ``__init__`` only stores settings (each a keyword argument kept under the same
+  attribute name); learned state lives in attributes ending in ``_``.
+- ``fit(train, features=None, val=None)`` returns ``self``.
+- ``score(batch, features=None)`` returns a float (B, K) array, higher = better, with
+  K the longest candidate list in the batch; padded slots are ``-inf``.
+- ``select(batch, features=None, k=1)`` returns one :class:`Selection` per instance with
+  ``min(k, real candidates)`` distinct candidates; ties go to the better retrieval rank.
+- ``save(path)`` writes ``config.json`` (name, format version, settings) plus the
+  selector's own state files; ``load(path)`` rebuilds ``cls(**settings)`` and reads them.
+
+This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, TypeVar
+
+import numpy as np
+
+from chunksel.errors import ConfigError, DataError, MissingExtraError, NotFittedError
+from chunksel.types import Instance, Selection, candidate_mask
+
+FORMAT_VERSION = 1
+S = TypeVar("S", bound="Selector")
+
+
+class QuestionFeatures(Protocol):
+    """Question-side generator features, looked up by question id.
+
+    ``lookup(ids)`` returns ``{"h": (B, d_h), "r": (B, d_r)}`` float32 arrays in the
+    order of ``ids``; a missing id raises :class:`chunksel.errors.DataError`.
+    """
+
+    def lookup(self, ids: Sequence[str]) -> dict[str, np.ndarray]: ...
+
+
+class Selector(ABC):
+    """Base class of every chunk selector."""
+
+    name: ClassVar[str] = ""
+    requires_fit: ClassVar[bool] = True
+    #: the query-side cost it adds: "none", "bm25" (corpus term statistics) or
+    #: "warmup" (the generator's question-only pass, which generation needs anyway)
+    query_cost: ClassVar[str] = "none"
+
+    # ----------------------------------------------------------------- settings
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return [
+            p.name
+            for p in sig.parameters.values()
+            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor settings (scikit-learn style)."""
+        return {n: getattr(self, n) for n in self._param_names()}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    # ------------------------------------------------------------------ fitting
+    def fit(
+        self: S,
+        train: Sequence[Instance],
+        features: QuestionFeatures | None = None,
+        val: Sequence[Instance] | None = None,
+    ) -> S:
+        """Learn from ``train`` (and ``val`` for early stopping); returns ``self``."""
+        self.fitted_ = True
+        return self
+
+    def is_fitted(self) -> bool:
+        return not self.requires_fit or bool(getattr(self, "fitted_", False))
+
+    def _check_fitted(self) -> None:
+        if not self.is_fitted():
+            raise NotFittedError(
+                f"selector {self.name!r} is not fitted: call fit(train) or load a saved one"
+            )
+
+    # ------------------------------------------------------------------ scoring
+    @abstractmethod
+    def _score(
+        self, batch: Sequence[Instance], features: QuestionFeatures | None, k: int
+    ) -> np.ndarray:
+        """Raw (B, k') scores for the real candidates, k' <= k; padding is handled by
+        :meth:`score`."""
+
+    def score(
+        self, batch: Sequence[Instance], features: QuestionFeatures | None = None
+    ) -> np.ndarray:
+        """(B, K) float64 scores, higher = better, ``-inf`` at padded slots."""
+        self._check_fitted()
+        batch = list(batch)
+        if not batch:
+            return np.zeros((0, 0))
+        for inst in batch:
+            if not inst.candidates:
+                raise DataError(f"instance {inst.id!r} has no candidates")
+        mask = candidate_mask(batch)
+        k = mask.shape[1]
+        raw = np.asarray(self._score(batch, features, k), dtype=np.float64)
+        if raw.ndim != 2 or raw.shape[0] != len(batch) or raw.shape[1] > k:
+            raise RuntimeError(f"{self.name}: _score returned shape {raw.shape}, expected ({len(batch)}, <= {k})")
+        out = np.full((len(batch), k), -np.inf)
+        out[:, : raw.shape[1]] = raw
+        out[~mask] = -np.inf
+        return out
+
+    def select(
+        self,
+        batch: Sequence[Instance],
+        features: QuestionFeatures | None = None,
+        k: int = 1,
+    ) -> list[Selection]:
+        """The top ``k`` real candidates of each instance; ties go to retrieval order."""
+        if k < 1:
+            raise ConfigError(f"k must be >= 1, got {k}")
+        scores = self.score(batch, features)
+        return [selection_from_scores(inst, row, k) for inst, row in zip(batch, scores)]
+
+    # --------------------------------------------------------------- save/load
+    def save(self, path: str | Path) -> None:
+        """Write ``config.json`` and the selector's state files into directory ``path``."""
+        self._check_fitted()
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        config = {
+            "name": self.name,
+            "format_version": FORMAT_VERSION,
+            "params": self.get_params(),
+            "state": self._state_config(),
+        }
+        (path / "config.json").write_text(json.dumps(config, indent=2, default=_json_default))
+        self._save_state(path)
+
+    @classmethod
+    def load(cls: type[S], path: str | Path) -> S:
+        """Rebuild a saved selector (the class must match the saved ``name``)."""
+        path = Path(path)
+        config = read_config(path)
+        if cls.name and config["name"] != cls.name:
+            raise DataError(f"{path} holds a {config['name']!r} selector, not {cls.name!r}")
+        obj = cls(**config.get("params", {}))
+        obj._load_state(path, config.get("state", {}))
+        obj.fitted_ = True
+        return obj
+
+    def _state_config(self) -> dict[str, Any]:
+        """Small JSON-ready learned state stored inside config.json (override)."""
+        return {}
+
+    def _save_state(self, path: Path) -> None:
+        """Write large learned state (weights) beside config.json (override)."""
+
+    def _load_state(self, path: Path, state: dict[str, Any]) -> None:
+        """Read what :meth:`_save_state` and :meth:`_state_config` wrote (override)."""
+
+
+def selection_from_scores(inst: Instance, row: np.ndarray, k: int) -> Selection:
+    """Top-k real candidates of one score row; ties broken by retrieval rank (column)."""
+    n = min(len(inst.candidates), row.shape[0])
+    cols = np.arange(n)
+    order = np.lexsort((cols, -row[:n]))  # primary: score desc; secondary: rank asc
+    order = [int(i) for i in order[: min(k, n)]]
+    return Selection(
+        question_id=inst.id,
+        indices=order,
+        candidate_ids=[inst.candidates[i].id for i in order],
+        scores=[float(row[i]) for i in order],
+    )
+
+
+def rank_order(scores: np.ndarray) -> np.ndarray:
+    """(B, K) column order by score desc, ties by column index (retrieval rank)."""
+    cols = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
+    return np.lexsort((cols, -scores), axis=-1)
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """Read and validate a saved selector's config.json."""
+    path = Path(path)
+    cfg_path = path / "config.json"
+    if not cfg_path.is_file():
+        raise DataError(f"{path} is not a saved selector (no config.json)")
+    try:
+        config = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as err:
+        raise DataError(f"corrupt checkpoint {cfg_path}: {err.msg}") from None
+    if not isinstance(config, dict) or "name" not in config:
+        raise DataError(f"corrupt checkpoint {cfg_path}: no selector name")
+    version = config.get("format_version")
+    if version != FORMAT_VERSION:
+        raise DataError(
+            f"{cfg_path}: format version {version!r} is not supported (this chunksel reads {FORMAT_VERSION})"
+        )
+    return config
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, tuple):
+        return list(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+# ------------------------------------------------------------------- registry
+#: name -> ("module:Class", extra that provides its dependencies)
+REGISTRY: dict[str, tuple[str, str]] = {
+    "retrieval": ("chunksel.selectors.simple:RetrievalSelector", ""),
+    "random": ("chunksel.selectors.simple:RandomSelector", ""),
+    "oracle": ("chunksel.selectors.simple:OracleSelector", ""),
+    "bm25": ("chunksel.selectors.bm25:BM25Selector", "ltr"),
+    "ranksvm": ("chunksel.selectors.ltr:RankSVMSelector", "ltr"),
+    "lambdamart": ("chunksel.selectors.ltr:LambdaMARTSelector", "ltr"),
+    "knrm": ("chunksel.selectors.neural:KNRMSelector", "train"),
+    "drmm": ("chunksel.selectors.neural:DRMMSelector", "train"),
+    "duet": ("chunksel.selectors.neural:DuetSelector", "train"),
+    "prototype": ("chunksel.selectors.prototype:PrototypeSelector", "train"),
+}
+
+
+def available() -> list[str]:
+    """Registered selector names whose module exists in this installation."""
+    out = []
+    for name, (target, _) in REGISTRY.items():
+        mod = target.split(":")[0]
+        if importlib.util.find_spec(mod) is not None:
+            out.append(name)
+    return out
+
+
+def get_selector_class(name: str) -> type[Selector]:
+    """The class registered as ``name``, imported on first use."""
+    if name not in REGISTRY:
+        raise ConfigError(f"unknown selector {name!r}; known: {', '.join(sorted(REGISTRY))}")
+    target, extra = REGISTRY[name]
+    module_name, cls_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        missing = getattr(err, "name", None) or str(err)
+        if missing and missing.startswith("chunksel"):
+            raise
+        hint = f"pip install 'chunksel[{extra}]'" if extra else "reinstall chunksel"
+        raise MissingExtraError(
+            f"selector {name!r} needs {missing!r}, which is not installed: {hint}"
+        ) from err
+    return getattr(module, cls_name)
+
+
+def make_selector(name: str, **params: Any) -> Selector:
+    """Instantiate the selector registered as ``name`` with ``params``."""
+    return get_selector_class(name)(**params)
+
+
+def load_selector(path: str | Path) -> Selector:
+    """Load any saved selector, dispatching on the name in its config.json."""
+    config = read_config(path)
+    return get_selector_class(config["name"]).load(path)

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chunksel.types import Candidate, Instance, Question
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def data_root() -> Path:
+    """The shared benchmark data (CHUNKSEL_DATA, else ../shared/data beside the repo)."""
+    raw = os.environ.get("CHUNKSEL_DATA") or str(Path(__file__).resolve().parents[2] / "shared" / "data")
+    root = Path(raw)
+    if not root.is_dir():
+        pytest.skip(f"benchmark data not found at {root} (set CHUNKSEL_DATA)")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Every test writes its cache under a temporary folder unless it sets its own."""
+    monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def make_toy_instances(n: int = 24, k: int = 5, dim: int = 8, seed: int = 0) -> list[Instance]:
+    """Toy instances where the positive candidate repeats the question's key word.
+
+    Candidate embeddings are random unit vectors, the positive's aligned with a
+    question-specific direction; the last instance has only k-2 candidates (padding).
+    """
+    rng = np.random.default_rng(seed)
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+    out = []
+    for i in range(n):
+        key = words[i % len(words)]
+        pos = int(rng.integers(k))
+        kk = k - 2 if i == n - 1 else k
+        pos = min(pos, kk - 1)
+        cands = []
+        for j in range(kk):
+            text = f"the {key} answer is here" if j == pos else f"unrelated {words[(i + j + 1) % len(words)]} text"
+            emb = rng.normal(size=dim).astype(np.float32)
+            emb /= np.linalg.norm(emb)
+            cands.append(
+                Candidate(
+                    id=f"p{i}-{j}", text=text, title="", score=1.0 - 0.1 * j, rank=j,
+                    labels={"containment": int(j == pos)}, embedding=emb,
+                )
+            )
+        split = ("train", "train", "train", "val", "test")[i % 5]
+        q = Question(id=f"toy:q:{i}", text=f"what is the {key} answer", answers=[key], dataset="toy")
+        out.append(Instance(question=q, candidates=cands, split=split, label_source="containment"))
+    return out
+
+
+@pytest.fixture
+def toy_instances() -> list[Instance]:
+    return make_toy_instances()

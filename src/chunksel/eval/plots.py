@@ -1,0 +1,207 @@
+"""The report's plots (PNG, matplotlib's Agg canvas; pyplot's global state is never used).
+
+- accuracy vs latency: one labelled bubble per selector, x = p50 latency (log scale),
+  y = average rank-1 accuracy, bubble area proportional to trainable parameters;
+- accuracy vs feature budget: one line per dataset plus the average (Table 3);
+- accuracy by dataset: grouped bars per dataset, one bar per selector, with the
+  bootstrap 95% interval (``ci``) as error bar where given, else the std over seeds;
+- significance: per dataset, the difference A − B with its bootstrap interval.
+
+Every function takes the results dict of :mod:`chunksel.eval.report` and returns the
+written path, or ``None`` when the results hold nothing to draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunksel.errors import require
+from chunksel.eval.report import (
+    PLOT_FILES,
+    as_number,
+    budget_value,
+    dataset_label,
+    report_datasets,
+    seed_stats,
+    selector_label,
+    table1_average,
+)
+
+
+def _figure(width: float = 7.0, height: float = 4.5) -> Any:
+    require("matplotlib", "eval")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=120)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return path
+
+
+def plot_accuracy_vs_latency(results: Mapping[str, Any], path: str | Path) -> Path | None:
+    """Bubble chart of average accuracy against p50 latency (log x)."""
+    t1 = results.get("table1") or {}
+    datasets = report_datasets(results)
+    pts = []
+    for name, entry in t1.items():
+        lat = as_number(entry.get("p50_ms"))
+        avg, _, _ = table1_average(entry, datasets)
+        if lat is None or lat <= 0 or avg is None:
+            continue
+        pts.append((name, lat, avg, as_number(entry.get("params")) or 0.0))
+    if not pts:
+        return None
+    fig = _figure()
+    ax = fig.add_subplot(1, 1, 1)
+    params = np.array([p[3] for p in pts])
+    top = params.max() if params.max() > 0 else 1.0
+    sizes = 30.0 + 900.0 * np.sqrt(params / top)
+    ax.scatter([p[1] for p in pts], [p[2] for p in pts], s=sizes, alpha=0.5, edgecolors="black")
+    for name, lat, avg, _ in pts:
+        ax.annotate(
+            selector_label(name), (lat, avg), textcoords="offset points", xytext=(6, 6), fontsize=8
+        )
+    ax.set_xscale("log")
+    ax.margins(0.15)
+    ax.set_xlabel("p50 latency per query, batch 1, one thread (ms, log scale)")
+    ax.set_ylabel("average rank-1 accuracy (%)")
+    ax.set_title("Accuracy vs latency (bubble area ~ trainable parameters)")
+    ax.grid(True, which="both", alpha=0.3)
+    return _save(fig, Path(path))
+
+
+def plot_accuracy_vs_budget(results: Mapping[str, Any], path: str | Path) -> Path | None:
+    """One line per dataset (and the average) over the feature budgets of Table 3."""
+    t3 = results.get("table3") or {}
+    if not t3:
+        return None
+    budgets = sorted(t3, key=budget_value)
+    x = np.array([budget_value(b) for b in budgets])
+    fig = _figure()
+    ax = fig.add_subplot(1, 1, 1)
+    rows = []
+    for d in report_datasets(results):
+        y = np.array(
+            [as_number((t3[b].get("per_dataset") or {}).get(d)) for b in budgets], dtype=float
+        )
+        if np.isnan(y).all():
+            continue
+        rows.append(y)
+        ax.plot(x, y, marker="o", label=dataset_label(d))
+    if not rows:
+        return None
+    avg = np.nanmean(np.vstack(rows), axis=0)
+    ax.plot(x, avg, marker="s", color="black", linestyle="--", label="Average")
+    ax.set_xlabel("feature budget (% of input features kept)")
+    ax.set_ylabel("rank-1 accuracy (%)")
+    ax.set_title("Accuracy vs feature budget")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, Path(path))
+
+
+def plot_accuracy_by_dataset(results: Mapping[str, Any], path: str | Path) -> Path | None:
+    """Grouped bars: datasets x selectors, with interval error bars."""
+    t1 = results.get("table1") or {}
+    datasets = [
+        d
+        for d in report_datasets(results)
+        if any(d in (e.get("per_dataset") or {}) for e in t1.values())
+    ]
+    if not t1 or not datasets:
+        return None
+    names = list(t1)
+    width = 0.8 / len(names)
+    fig = _figure(max(7.0, 1.4 * len(datasets) + 2), 4.5)
+    ax = fig.add_subplot(1, 1, 1)
+    xs = np.arange(len(datasets))
+    for i, name in enumerate(names):
+        per = t1[name].get("per_dataset") or {}
+        means, lo_err, hi_err = [], [], []
+        for d in datasets:
+            cell = per.get(d)
+            mean, std, _ = seed_stats(cell)
+            ci = cell.get("ci") if isinstance(cell, Mapping) else None
+            m = np.nan if mean is None else mean
+            if ci is not None and len(ci) == 2 and mean is not None:
+                lo_err.append(max(0.0, mean - float(ci[0])))
+                hi_err.append(max(0.0, float(ci[1]) - mean))
+            else:
+                e = 0.0 if std is None else std
+                lo_err.append(e)
+                hi_err.append(e)
+            means.append(m)
+        ax.bar(
+            xs - 0.4 + width * (i + 0.5),
+            means,
+            width,
+            yerr=[lo_err, hi_err],
+            capsize=2,
+            label=selector_label(name),
+        )
+    ax.set_xticks(xs)
+    ax.set_xticklabels([dataset_label(d) for d in datasets])
+    ax.set_ylabel("rank-1 accuracy (%)")
+    ax.set_title("Accuracy by dataset (error bars: bootstrap 95% CI, else std over seeds)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(True, axis="y", alpha=0.3)
+    return _save(fig, Path(path))
+
+
+def plot_significance(results: Mapping[str, Any], path: str | Path) -> Path | None:
+    """Per dataset: the accuracy difference A − B (pp) with its 95% bootstrap interval."""
+    sig = results.get("significance") or {}
+    order = [d for d in report_datasets(results) if d in sig]
+    order += [d for d in sig if d not in order]
+    pts = [
+        (d, as_number(sig[d].get("diff")), as_number(sig[d].get("lo")), as_number(sig[d].get("hi")))
+        for d in order
+    ]
+    pts = [p for p in pts if None not in p]
+    if not pts:
+        return None
+    fig = _figure()
+    ax = fig.add_subplot(1, 1, 1)
+    xs = np.arange(len(pts))
+    diffs = np.array([p[1] for p in pts])
+    err = [diffs - np.array([p[2] for p in pts]), np.array([p[3] for p in pts]) - diffs]
+    ax.bar(xs, diffs, 0.6, yerr=np.clip(err, 0.0, None), capsize=4, color="tab:blue")
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([dataset_label(p[0]) for p in pts])
+    ax.set_ylabel("accuracy difference (pp)")
+    first = sig[pts[0][0]]
+    ax.set_title(
+        f"{selector_label(str(first.get('a', 'A')))} − "
+        f"{selector_label(str(first.get('b', 'B')))}, 95% bootstrap CI"
+    )
+    ax.grid(True, axis="y", alpha=0.3)
+    return _save(fig, Path(path))
+
+
+def write_plots(results: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    """Draw every plot the results allow into ``out_dir``; returns kind -> path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    makers = {
+        "latency": plot_accuracy_vs_latency,
+        "budget": plot_accuracy_vs_budget,
+        "bars": plot_accuracy_by_dataset,
+        "significance": plot_significance,
+    }
+    made: dict[str, Path] = {}
+    for kind, maker in makers.items():
+        p = maker(results, out / PLOT_FILES[kind])
+        if p is not None:
+            made[kind] = p
+    return made

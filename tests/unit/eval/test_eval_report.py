@@ -1,0 +1,217 @@
+"""The report writer on a small hand-made results dict."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from chunksel.eval.report import (
+    fmt_params,
+    format_significance,
+    format_table1,
+    format_table2,
+    format_table3,
+    metrics_to_percent,
+    render_markdown,
+    seed_cell,
+    significance_entry,
+    strongest_baseline,
+    write_report,
+)
+
+DATASETS = ["triviaqa", "popqa", "msmarco"]
+
+
+def _results() -> dict:
+    return {
+        "config": {"k": 5, "seeds": [0, 1, 2]},
+        "git_commit": "abc1234",
+        "data_checksums": {"triviaqa/dev.jsonl": "0123456789abcdef"},
+        "datasets": DATASETS,
+        "table1": {
+            "retrieval": {
+                "params": 0, "size_bytes": 120, "p50_ms": 0.01, "p95_ms": 0.02,
+                "query_cost": "none",
+                "per_dataset": {
+                    "triviaqa": {"mean": 44.96, "std": 0.0, "seeds": [44.96], "n": 1000},
+                    "popqa": {"mean": 61.74, "std": 0.0, "seeds": [61.74], "n": 900},
+                    "msmarco": {"mean": 65.82, "std": 0.0, "seeds": [65.82], "n": 300},
+                },
+            },
+            "prototype": {
+                "params": 7_012_345, "size_bytes": 28_049_000, "p50_ms": 0.8, "p95_ms": 1.3,
+                "query_cost": "warmup",
+                "per_dataset": {  # mean/std computed from the seeds
+                    "triviaqa": {"seeds": [49.0, 50.0, 51.0], "n": 1000, "ci": [47.9, 52.1]},
+                    "popqa": {"seeds": [70.0, 71.0, 72.0], "n": 900},
+                    "msmarco": {"seeds": [70.0, 70.5, 71.0], "n": 300},
+                },
+            },
+            "knrm": {  # evaluated on two datasets only
+                "params": 48_000_000, "size_bytes": 192_000_000, "p50_ms": 2.0, "p95_ms": 3.0,
+                "query_cost": "none",
+                "per_dataset": {
+                    "triviaqa": {"mean": 47.04, "std": 0.5, "seeds": [46.54, 47.04, 47.54]},
+                    "popqa": {"mean": 66.76, "std": 0.25, "seeds": [66.51, 66.76, 67.01]},
+                },
+            },
+        },
+        "table2": {
+            "HS": {"triviaqa": 45.5, "popqa": 62.0, "msmarco": 66.0},
+            "Chunk": {"triviaqa": 47.31, "popqa": 67.92, "msmarco": 69.28},
+            "HS+RW+Chunk": {"triviaqa": 49.56, "popqa": 70.87, "msmarco": 70.43},
+        },
+        "table3": {
+            "100": {"dims": 4992, "per_dataset": {"triviaqa": 49.56, "popqa": 70.87, "msmarco": 70.43}},
+            "10": {"dims": 499, "per_dataset": {"triviaqa": 45.83, "popqa": 66.19, "msmarco": 67.42}},
+            "50": {"dims": 2496, "per_dataset": {"triviaqa": 48.29, "popqa": 69.2, "msmarco": 69.58}},
+        },
+        "pooled": {
+            "prototype": {
+                "per_dataset": {"triviaqa": 50.0, "popqa": 71.0, "msmarco": 70.5},
+                "pooled": {"triviaqa": 51.0, "popqa": 70.0, "msmarco": 71.5},
+            }
+        },
+        "significance": {
+            "triviaqa": {"a": "prototype", "b": "knrm", "diff": 2.96, "lo": 1.1, "hi": 4.8,
+                         "p": 0.0012, "n": 1000},
+            "popqa": {"a": "prototype", "b": "knrm", "diff": 4.24, "lo": 2.0, "hi": 6.5,
+                      "p": 3e-6, "n": 900},
+        },
+        "extra_metrics": {
+            "prototype": {"triviaqa": {"mrr": 65.5, "ndcg": 72.25, "recall@1": 40.0,
+                                       "contested_accuracy": 30.125}},
+            "retrieval": {"triviaqa": {"mrr": 60.0, "ndcg": 70.0, "recall@1": 35.0,
+                                       "contested_accuracy": float("nan")}},
+        },
+    }
+
+
+def _row(text: str, first_cell: str) -> list[str]:
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no row {first_cell!r} in\n{text}")
+
+
+def test_table1_numbers_and_averages():
+    text = format_table1(_results())
+    assert text.splitlines()[0].startswith("| Method | Params | Size | p50 ms | p95 ms | Query cost |")
+    assert "| TriviaQA | PopQA | MS MARCO | Avg. |" in text.splitlines()[0]
+    base = _row(text, "RAG baseline (retrieval order)")
+    assert base[6:10] == ["44.96", "61.74", "65.82", f"{(44.96 + 61.74 + 65.82) / 3:.2f}"]
+    assert base[1] == "–"  # no trainable parameters
+    proto = _row(text, "Prototype (ours)")
+    assert proto[1] == "7.0M" and proto[5] == "warmup"
+    # per-dataset: mean ± sample std of the seeds, best per column in bold
+    assert proto[6] == "**50.00 ± 1.00**"
+    assert proto[7] == "**71.00 ± 1.00**"
+    assert proto[8] == "**70.50 ± 0.50**"
+    # average: mean ± std of the per-seed averages (49.67, 70.5, 71.33)
+    per_seed = np.mean([[49.0, 50.0, 51.0], [70.0, 71.0, 72.0], [70.0, 70.5, 71.0]], axis=0)
+    assert proto[9] == f"**{per_seed.mean():.2f} ± {per_seed.std(ddof=1):.2f}**"
+    # a selector missing a dataset: "–" in that cell, average over the two it has, marked
+    knrm = _row(text, "KNRM")
+    assert knrm[8] == "–"
+    assert knrm[9].startswith(f"{(47.04 + 66.76) / 2:.2f} ± ") and knrm[9].endswith("†")
+    assert "† averaged over the datasets" in text
+
+
+def test_tables_2_3_and_significance():
+    r = _results()
+    t2 = format_table2(r)
+    assert _row(t2, "Chunk")[1:] == ["47.31", "67.92", "69.28", f"{(47.31 + 67.92 + 69.28) / 3:.2f}"]
+    assert _row(t2, "HS+RW+Chunk")[1] == "**49.56**"
+    t3 = format_table3(r)
+    budgets = [line.split("|")[1].strip() for line in t3.splitlines()[2:]]
+    assert budgets == ["10%", "50%", "100%"]  # sorted numerically, not as strings
+    assert _row(t3, "10%")[1:] == ["499", "45.83", "66.19", "67.42", "59.81"]
+    sig = format_significance(r)
+    tq = _row(sig, "TriviaQA")
+    assert tq[1:4] == ["Prototype (ours)", "KNRM", "1000"]
+    assert tq[4:] == ["+2.96", "[+1.10, +4.80]", "0.0012"]  # no acc columns given
+    r["significance"]["popqa"]["acc_a"] = 71.0
+    assert _row(format_significance(r), "PopQA")[4:7] == ["71.00", "–", "+4.24"]
+    assert _row(sig, "PopQA")[-1] == "3.0e-06"
+
+
+def test_write_report_files_and_content(tmp_path):
+    path = write_report(_results(), tmp_path / "out")
+    out = tmp_path / "out"
+    assert path == out / "report.md"
+    for name in ("accuracy_vs_latency.png", "accuracy_vs_budget.png",
+                 "accuracy_by_dataset.png", "significance.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000, name
+    text = path.read_text()
+    for heading in ("Table 1", "Table 2", "Table 3", "Significance", "pooled training",
+                    "Further metrics", "## Setup"):
+        assert heading in text, heading
+    assert "![latency](accuracy_vs_latency.png)" in text
+    assert "`abc1234`" in text and "0123456789abcdef" in text
+    assert '"seeds": [' in text  # config block
+    delta = _row(text.split("## Per-dataset vs pooled training")[1], "Prototype (ours)")
+    assert delta[1] == "per dataset"
+    assert "| Prototype (ours) | Δ pooled − per dataset | +1.00 | -1.00 | +1.00 | +0.33 |" in text
+    assert "| **Prototype (ours)** |" not in text
+    assert "| Prototype (ours) | **65.50** | **72.25** | **40.00** | 30.12 |" in text
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["table1"]["prototype"]["params"] == 7_012_345
+    assert saved["extra_metrics"]["retrieval"]["triviaqa"]["contested_accuracy"] is None
+
+
+def test_missing_pieces_are_skipped(tmp_path):
+    r = _results()
+    for key in ("table2", "table3", "pooled", "significance", "extra_metrics", "datasets"):
+        r.pop(key)
+    path = write_report(r, tmp_path)
+    text = path.read_text()
+    assert "Table 1" in text and "Table 2" not in text and "Table 3" not in text
+    assert not (tmp_path / "accuracy_vs_budget.png").exists()
+    assert not (tmp_path / "significance.png").exists()
+    assert (tmp_path / "accuracy_vs_latency.png").exists()
+    # without "datasets", the paper's order is used
+    assert "| TriviaQA | PopQA | MS MARCO | Avg. |" in text
+    assert render_markdown({"table1": {}}).startswith("# chunksel benchmark report")
+
+
+def test_converters():
+    from chunksel.eval.metrics import evaluate
+
+    m = metrics_to_percent(evaluate(np.array([[0.2, 0.1], [0.1, 0.9]]), np.array([[1, 0], [1, 0]])))
+    assert m["n"] == 2 and m["accuracy"] == pytest.approx(50.0) and m["mrr"] == pytest.approx(75.0)
+    a = np.array([1, 1, 0, 1, 0, 1], dtype=bool)
+    b = np.array([0, 1, 0, 0, 0, 1], dtype=bool)
+    e = significance_entry("prototype", "knrm", a, b, n_resamples=500)
+    assert e["a"] == "prototype" and e["n"] == 6
+    assert e["diff"] == pytest.approx(100 * 2 / 6) and e["acc_b"] == pytest.approx(100 * 2 / 6)
+    assert e["p"] == pytest.approx(0.5)  # n10 = 2, n01 = 0: 2 * 1/4
+    assert fmt_params(48_000_000) == "48M" and fmt_params(7_012_345) == "7.0M"
+    assert fmt_params(12_300) == "12k" and fmt_params(0) == "–"
+
+
+def test_seed_cell():
+    c = seed_cell([49.0, 50.0, 51.0], n=10, ci=(48.0, 52.0))
+    assert c == {"mean": 50.0, "std": 1.0, "seeds": [49.0, 50.0, 51.0], "n": 10, "ci": [48.0, 52.0]}
+    assert seed_cell([44.96])["std"] == 0.0
+
+
+def test_oracle_never_bold_and_strongest_baseline():
+    r = _results()
+    r["table1"]["oracle"] = {
+        "params": 0,
+        "per_dataset": {d: {"mean": 100.0, "seeds": [100.0]} for d in DATASETS},
+    }
+    text = format_table1(r)
+    assert _row(text, "Oracle")[6] == "100.00"
+    assert _row(text, "Prototype (ours)")[6] == "**50.00 ± 1.00**"
+    assert "Evaluated (answerable) test instances: TriviaQA 1000, PopQA 900, MS MARCO 300." in text
+    assert strongest_baseline(r, "triviaqa") == "knrm"
+    assert strongest_baseline(r, "msmarco") == "retrieval"  # knrm has no MS MARCO figure
+    # overall: averaged over the datasets every baseline has (TriviaQA, PopQA)
+    assert strongest_baseline(r) == "knrm"
+    assert strongest_baseline(r, exclude=()) == "prototype"
+    assert strongest_baseline({"table1": {}}) is None

@@ -82,6 +82,10 @@ class Selector(ABC):
         self.fitted_ = True
         return self
 
+    def n_parameters(self) -> int:
+        """Trainable parameters of the fitted selector (0 for selectors that learn nothing)."""
+        return 0
+
     def is_fitted(self) -> bool:
         return not self.requires_fit or bool(getattr(self, "fitted_", False))
 

@@ -1,0 +1,268 @@
+"""Classical learning-to-rank baselines over the LETOR features of :mod:`.letor`.
+
+- :class:`RankSVMSelector`: RankSVM (Joachims 2002, "Optimizing search engines using
+  clickthrough data"). Within each training instance every (positive, negative) pair
+  gives a difference vector ``x_pos - x_neg`` of standardised features; every second
+  pair is flipped (``x_neg - x_pos`` with label -1) so the two classes balance, and a
+  linear SVM without intercept (scikit-learn ``LinearSVC``, squared hinge, L2, ``C``)
+  learns ``w``. Score = ``w . x``.
+- :class:`LambdaMARTSelector`: LambdaMART (Burges 2010, "From RankNet to LambdaRank to
+  LambdaMART") as LightGBM's ``LGBMRanker(objective="lambdarank")`` with one query group
+  per instance, early stopping on the validation NDCG@1, saved as LightGBM's text model
+  (``model.txt``). Trees are scale-invariant, so no feature scaling.
+
+Both train only on instances with at least one positive and one negative candidate;
+labels come from the label spec ``label`` (default: each instance's own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunksel.errors import DataError, require
+from chunksel.selectors.base import QuestionFeatures, Selector
+from chunksel.selectors.letor import FEATURE_NAMES, letor_features
+from chunksel.types import Instance
+
+
+def _contested(instances: Sequence[Instance], label: str | None) -> list[Instance]:
+    return [i for i in instances if i.contested(label)]
+
+
+class _LetorSelector(Selector):
+    """Shared feature extraction for the LETOR-feature rankers."""
+
+    requires_fit = True
+    query_cost = "bm25"
+
+    def _features(self, batch: Sequence[Instance], progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        return letor_features(batch, self.corpus, self.k1, self.b, progress=progress and self.progress)
+
+    def _train_set(self, train: Sequence[Instance]) -> list[Instance]:
+        kept = _contested(train, self.label)
+        if not kept:
+            raise DataError(
+                f"{self.name}: no training instance has both a positive and a negative candidate"
+            )
+        return kept
+
+
+class RankSVMSelector(_LetorSelector):
+    """Pairwise linear SVM over standardised LETOR features.
+
+    Args:
+        corpus: BM25/TF-IDF statistics corpus (name, TSV path, or None = from dataset).
+        C: SVM regularisation (inverse strength).
+        k1, b: BM25 settings of the BM25 feature.
+        label: label spec for training (None = each instance's default).
+        seed: LinearSVC's random state.
+        max_iter: LinearSVC iteration cap.
+        progress: show progress bars (feature extraction, corpus statistics).
+    """
+
+    name = "ranksvm"
+
+    def __init__(
+        self,
+        corpus: str | None = None,
+        C: float = 1.0,
+        k1: float = 1.5,
+        b: float = 0.75,
+        label: str | None = None,
+        seed: int = 0,
+        max_iter: int = 10000,
+        progress: bool = True,
+    ) -> None:
+        self.corpus = corpus
+        self.C = C
+        self.k1 = k1
+        self.b = b
+        self.label = label
+        self.seed = seed
+        self.max_iter = max_iter
+        self.progress = progress
+
+    def fit(
+        self,
+        train: Sequence[Instance],
+        features: QuestionFeatures | None = None,
+        val: Sequence[Instance] | None = None,
+    ) -> RankSVMSelector:
+        """Fit the scaler on all training candidates and the SVM on balanced pair diffs."""
+        require("sklearn", "ltr")
+        from sklearn.preprocessing import StandardScaler
+        from sklearn.svm import LinearSVC
+
+        kept = self._train_set(train)
+        x, mask = self._features(kept, progress=True)
+        scaler = StandardScaler().fit(x[mask])
+        xs = (x - scaler.mean_) / scaler.scale_
+        diffs, ys = [], []
+        for i, inst in enumerate(kept):
+            lab = inst.labels(self.label)
+            pos, neg = np.flatnonzero(lab == 1), np.flatnonzero(lab == 0)
+            for p in pos:
+                for n in neg:
+                    sign = 1.0 if len(ys) % 2 == 0 else -1.0
+                    diffs.append(sign * (xs[i, p] - xs[i, n]))
+                    ys.append(int(sign))
+        if len(set(ys)) < 2:  # a single pair: add its mirror so both classes exist
+            diffs.append(-diffs[0])
+            ys.append(-ys[0])
+        svm = LinearSVC(C=self.C, fit_intercept=False, random_state=self.seed, max_iter=self.max_iter)
+        svm.fit(np.asarray(diffs), np.asarray(ys))
+        self.coef_ = svm.coef_.ravel().astype(np.float64)
+        self.mean_ = scaler.mean_.astype(np.float64)
+        self.scale_ = scaler.scale_.astype(np.float64)
+        self.n_pairs_ = len(ys)
+        self.fitted_ = True
+        return self
+
+    def n_parameters(self) -> int:
+        """Trainable parameters: the weight vector (one per feature; no intercept)."""
+        self._check_fitted()
+        return len(FEATURE_NAMES)
+
+    def _score(self, batch: Sequence[Instance], features: QuestionFeatures | None, k: int) -> np.ndarray:
+        x, _ = self._features(batch)
+        return ((x - self.mean_) / self.scale_) @ self.coef_
+
+    def _state_config(self) -> dict[str, Any]:
+        return {
+            "feature_names": list(FEATURE_NAMES),
+            "coef": self.coef_.tolist(),
+            "mean": self.mean_.tolist(),
+            "scale": self.scale_.tolist(),
+            "n_pairs": self.n_pairs_,
+        }
+
+    def _load_state(self, path: Path, state: dict[str, Any]) -> None:
+        if state.get("feature_names") != list(FEATURE_NAMES):
+            raise DataError(f"{path}: saved with a different LETOR feature set")
+        self.coef_ = np.asarray(state["coef"], dtype=np.float64)
+        self.mean_ = np.asarray(state["mean"], dtype=np.float64)
+        self.scale_ = np.asarray(state["scale"], dtype=np.float64)
+        self.n_pairs_ = int(state["n_pairs"])
+
+
+class LambdaMARTSelector(_LetorSelector):
+    """LightGBM LambdaMART over LETOR features, one query group per instance.
+
+    Args:
+        corpus: BM25/TF-IDF statistics corpus (name, TSV path, or None = from dataset).
+        n_estimators: boosting rounds (upper bound under early stopping).
+        learning_rate, num_leaves, min_child_samples: LightGBM tree settings.
+        early_stopping_rounds: patience on the validation NDCG@1 (used when ``val`` has
+            contested instances).
+        k1, b: BM25 settings of the BM25 feature.
+        label: label spec for training (None = each instance's default).
+        seed: LightGBM's random state.
+        n_jobs: LightGBM threads.
+        progress: show progress bars (feature extraction, corpus statistics).
+    """
+
+    name = "lambdamart"
+
+    def __init__(
+        self,
+        corpus: str | None = None,
+        n_estimators: int = 300,
+        learning_rate: float = 0.05,
+        num_leaves: int = 15,
+        min_child_samples: int = 20,
+        early_stopping_rounds: int = 30,
+        k1: float = 1.5,
+        b: float = 0.75,
+        label: str | None = None,
+        seed: int = 0,
+        n_jobs: int = 1,
+        progress: bool = True,
+    ) -> None:
+        self.corpus = corpus
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.num_leaves = num_leaves
+        self.min_child_samples = min_child_samples
+        self.early_stopping_rounds = early_stopping_rounds
+        self.k1 = k1
+        self.b = b
+        self.label = label
+        self.seed = seed
+        self.n_jobs = n_jobs
+        self.progress = progress
+
+    def _flat(self, instances: Sequence[Instance]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        x, mask = self._features(instances, progress=True)
+        y = np.concatenate([inst.labels(self.label) for inst in instances]).astype(np.int32)
+        return x[mask], y, [len(inst.candidates) for inst in instances]
+
+    def fit(
+        self,
+        train: Sequence[Instance],
+        features: QuestionFeatures | None = None,
+        val: Sequence[Instance] | None = None,
+    ) -> LambdaMARTSelector:
+        """Train the ranker; early stopping on ``val`` (NDCG@1) when it is given."""
+        lgb = require("lightgbm", "ltr")
+        kept = self._train_set(train)
+        x, y, groups = self._flat(kept)
+        model = lgb.LGBMRanker(
+            objective="lambdarank",
+            n_estimators=self.n_estimators,
+            learning_rate=self.learning_rate,
+            num_leaves=self.num_leaves,
+            min_child_samples=self.min_child_samples,
+            random_state=self.seed,
+            n_jobs=self.n_jobs,
+            verbose=-1,
+        )
+        kwargs: dict[str, Any] = {}
+        val_kept = _contested(val or [], self.label)
+        if val_kept:
+            xv, yv, gv = self._flat(val_kept)
+            kwargs = {
+                "eval_X": (xv,),
+                "eval_y": (yv,),
+                "eval_group": [gv],
+                "eval_at": [1],
+                "callbacks": [lgb.early_stopping(self.early_stopping_rounds, verbose=False)],
+            }
+        model.fit(x, y, group=groups, feature_name=list(FEATURE_NAMES), **kwargs)
+        best = model.best_iteration_ if val_kept and model.best_iteration_ else None
+        # keep exactly the trees that save() writes, so a reload scores identically
+        self.booster_ = lgb.Booster(model_str=model.booster_.model_to_string(num_iteration=best))
+        self.fitted_ = True
+        return self
+
+    def n_parameters(self) -> int:
+        """Learned parameters, counted as the total number of tree nodes (split nodes +
+        leaves, i.e. ``2 * leaves - 1`` per tree)."""
+        self._check_fitted()
+        info = self.booster_.dump_model()["tree_info"]
+        return int(sum(2 * t["num_leaves"] - 1 for t in info))
+
+    def _score(self, batch: Sequence[Instance], features: QuestionFeatures | None, k: int) -> np.ndarray:
+        x, mask = self._features(batch)
+        out = np.zeros(mask.shape)
+        out[mask] = self.booster_.predict(x[mask])
+        return out
+
+    def _state_config(self) -> dict[str, Any]:
+        return {"feature_names": list(FEATURE_NAMES), "num_trees": self.booster_.num_trees()}
+
+    def _save_state(self, path: Path) -> None:
+        self.booster_.save_model(str(path / "model.txt"))
+
+    def _load_state(self, path: Path, state: dict[str, Any]) -> None:
+        lgb = require("lightgbm", "ltr")
+        if state.get("feature_names") != list(FEATURE_NAMES):
+            raise DataError(f"{path}: saved with a different LETOR feature set")
+        model_file = path / "model.txt"
+        if not model_file.is_file():
+            raise DataError(f"{path}: missing LightGBM model file model.txt")
+        self.booster_ = lgb.Booster(model_file=str(model_file))
+

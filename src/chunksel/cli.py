@@ -1,0 +1,225 @@
+"""The ``chunksel`` command line.
+
+``chunksel fetch-models | build | features | train | eval | bench | select``. Heavy
+imports happen inside each command; a :class:`~chunksel.errors.ChunkselError` is printed
+as one ``error: ...`` line (exit status 2), never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from chunksel.errors import ChunkselError
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch/BLAS/FAISS")
+    p.add_argument("--data-root", default=None, help="input data root (default $CHUNKSEL_DATA)")
+    p.add_argument("--cache", default=None, help="cache root (default $CHUNKSEL_CACHE or ~/.cache/chunksel)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from chunksel import __version__
+
+    parser = argparse.ArgumentParser(prog="chunksel", description="Lightweight chunk selection for RAG.")
+    parser.add_argument("--version", action="version", version=f"chunksel {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("fetch-models", help="obtain the default generator (SmolLM2 GGUF) and cache it")
+    _common(p)
+
+    p = sub.add_parser("build", help="build benchmark instances for a dataset")
+    _common(p)
+    p.add_argument("--dataset", required=True, help="triviaqa, nq, popqa, msmarco, squad2, hotpotqa, wikiqa")
+    p.add_argument("--k", type=int, default=5, help="candidates per question (default 5)")
+    p.add_argument("--index", choices=["flat", "ivfpq"], default="flat", help="FAISS index (default flat)")
+    p.add_argument("--candidates", choices=["retrieve", "given"], default="retrieve",
+                   help="retrieve from the corpus, or use the candidates a set ships with")
+    p.add_argument("--limit", type=int, default=None, help="deterministic sample of at most N questions")
+    p.add_argument("--input", default=None, help="a generic JSONL file instead of a named dataset")
+
+    p = sub.add_parser("features", help="extract generator question features into the feature store")
+    _common(p)
+    p.add_argument("--dataset", nargs="+", required=True)
+    p.add_argument("--generator", default=None, help="HF directory or .gguf file (default SmolLM2-135M-Instruct)")
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--index", choices=["flat", "ivfpq"], default="flat")
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=32)
+
+    p = sub.add_parser("train", help="train a selector on a dataset's training split")
+    _common(p)
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--selector", required=True)
+    p.add_argument("--out", required=True, help="directory to save the trained selector")
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--index", choices=["flat", "ivfpq"], default="flat")
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="selector setting (JSON value), repeatable")
+
+    p = sub.add_parser("eval", help="evaluate a saved selector on a dataset split")
+    _common(p)
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--model", required=True, help="a saved selector directory, or a registered name")
+    p.add_argument("--split", default="test")
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--index", choices=["flat", "ivfpq"], default="flat")
+    p.add_argument("--limit", type=int, default=None)
+
+    p = sub.add_parser("bench", help="run the benchmark study and write the report")
+    _common(p)
+    p.add_argument("--profile", choices=["quick", "full"], default="quick")
+    p.add_argument("--datasets", nargs="+", default=None)
+    p.add_argument("--selectors", nargs="+", default=None)
+    p.add_argument("--out", default=None, help="report directory (default reports/<profile>)")
+
+    p = sub.add_parser("select", help="select chunk(s) for a question with a trained prototype selector")
+    _common(p)
+    p.add_argument("--model", required=True)
+    p.add_argument("--question", required=True)
+    p.add_argument("--chunk", action="append", default=[], help="a candidate chunk text (repeatable)")
+    p.add_argument("--chunks-file", default=None, help="a text file with one chunk per line")
+    p.add_argument("--top", type=int, default=1)
+    return parser
+
+
+def _setup(args: argparse.Namespace) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.data_root:
+        os.environ["CHUNKSEL_DATA"] = args.data_root
+    if args.cache:
+        os.environ["CHUNKSEL_CACHE"] = args.cache
+    if args.quiet:
+        os.environ["TQDM_DISABLE"] = "1"
+    from chunksel.config import set_threads
+
+    set_threads(args.threads)
+    import random
+
+    import numpy as np
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+
+
+def _params(pairs: Sequence[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ChunkselError(f"--param expects KEY=VALUE, got {pair!r}")
+        key, raw = pair.split("=", 1)
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        _setup(args)
+        return _run(args)
+    except ChunkselError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: re-run the same command to resume from the cache", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    progress = not args.quiet
+    if args.command == "fetch-models":
+        from chunksel.llm.fetch import fetch_models
+
+        for name, path in fetch_models().items():
+            print(f"{name}: {path}")
+        return 0
+
+    if args.command == "build":
+        from chunksel.build import build_instances, format_stats
+
+        built = build_instances(
+            args.dataset, k=args.k, index=args.index, candidates=args.candidates,
+            limit=args.limit, input_path=args.input, seed=args.seed, progress=progress,
+        )
+        print(format_stats(built))
+        print(f"instances: {built.path}")
+        return 0
+
+    if args.command == "features":
+        from chunksel.build import build_instances, extract_question_features
+
+        for ds in args.dataset:
+            built = build_instances(ds, k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress)
+            store = extract_question_features(
+                [i.question for i in built.instances], generator=args.generator,
+                batch_size=args.batch_size, progress=progress,
+            )
+            print(f"{ds}: {len(built.instances)} questions -> {store.root} (dims {store.dims})")
+        return 0
+
+    if args.command == "train":
+        from chunksel.build import build_instances, features_for
+        from chunksel.selectors import make_selector
+
+        built = build_instances(args.dataset, k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress)
+        params = _params(args.param)
+        sel = make_selector(args.selector, **params)
+        feats = features_for(built.instances, sel, progress=progress)
+        train = [i for i in built.instances if i.split == "train"]
+        val = [i for i in built.instances if i.split == "val"]
+        sel.fit(train, feats, val)
+        sel.save(args.out)
+        print(f"saved {args.selector} to {args.out}")
+        return 0
+
+    if args.command == "eval":
+        from pathlib import Path
+
+        from chunksel.build import build_instances, features_for
+        from chunksel.eval.metrics import evaluate
+        from chunksel.selectors import load_selector, make_selector
+        from chunksel.types import candidate_mask, label_matrix
+
+        built = build_instances(args.dataset, k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress)
+        sel = load_selector(args.model) if Path(args.model).is_dir() else make_selector(args.model)
+        batch = [i for i in built.instances if i.split == args.split]
+        feats = features_for(batch, sel, progress=progress)
+        scores = sel.score(batch, feats)
+        res = evaluate(scores, label_matrix(batch, k=scores.shape[1]), candidate_mask(batch, k=scores.shape[1]))
+        print(json.dumps(res, indent=2))
+        return 0
+
+    if args.command == "bench":
+        from chunksel.bench import run_bench
+
+        run_bench(profile=args.profile, datasets=args.datasets, selectors=args.selectors,
+                  out=args.out, seed=args.seed, progress=progress)
+        return 0
+
+    if args.command == "select":
+        from chunksel.pipeline.chunk_selector import ChunkSelector
+
+        chunks = list(args.chunk)
+        if args.chunks_file:
+            with open(args.chunks_file, encoding="utf-8") as fh:
+                chunks += [line.rstrip("\n") for line in fh if line.strip()]
+        result = ChunkSelector.load(args.model).select(args.question, chunks, k=args.top)
+        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        return 0
+    raise ChunkselError(f"unknown command {args.command!r}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""The real-world path: question text and chunk texts in, the chosen chunk(s) out.
+
+``ChunkSelector.load(path).select(question, chunks)`` runs what the trained prototype
+selector needs by itself — the retriever encoder for the chunks (MiniLM) and the
+generator's question-only warm-up pass for ``h`` and ``r`` — or takes them from the
+caller: ``chunk_embeddings=`` (the retriever's own vectors) and ``features=`` (``{"h",
+"r"}`` from the caller's own LLM pass). The warm-up result is kept on the returned
+selection, so the caller can continue generation from its KV cache
+(:func:`chunksel.features.kv.generate_with_reuse`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunksel.errors import ConfigError, DataError
+from chunksel.features.base import InMemoryFeatures
+from chunksel.selectors.base import selection_from_scores
+from chunksel.types import Candidate, Instance, Question
+
+
+@dataclass
+class ChunkSelection:
+    """The chosen chunk(s) of one question, best first, with every chunk's score."""
+
+    question: str
+    indices: list[int]
+    chunks: list[str]
+    scores: list[float]
+    all_scores: list[float]
+    warm_up: Any = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "indices": self.indices,
+            "chunks": self.chunks,
+            "scores": self.scores,
+            "all_scores": self.all_scores,
+        }
+
+
+class ChunkSelector:
+    """A trained prototype selector with its encoder and generator, ready to use.
+
+    Args:
+        selector: a fitted :class:`~chunksel.selectors.prototype.PrototypeSelector`.
+        encoder: the retriever encoder (default: the one the selector was trained with,
+            else the packaged all-MiniLM-L6-v2); loaded on first use.
+        generator: a generator path (default: the one recorded in the selector, else
+            SmolLM2-135M-Instruct); loaded on first use, only when features are not given.
+    """
+
+    def __init__(self, selector: Any, encoder: Any = None, generator: str | None = None) -> None:
+        if getattr(selector, "name", "") != "prototype":
+            raise ConfigError("ChunkSelector needs a trained prototype selector")
+        self.selector = selector
+        self._encoder = encoder
+        self._generator_path = generator
+        self._generator: tuple[Any, Any, str] | None = None
+
+    @classmethod
+    def load(cls, path: str | Path, quantize: str | None = None, **kwargs: Any) -> ChunkSelector:
+        from chunksel.selectors import load_selector
+
+        selector = load_selector(path)
+        if quantize:
+            selector.quantize = quantize
+        return cls(selector, **kwargs)
+
+    # ------------------------------------------------------------------ parts
+    @property
+    def encoder(self) -> Any:
+        if self._encoder is None:
+            from chunksel.retrieval.encoder import Encoder
+
+            self._encoder = Encoder()
+        return self._encoder
+
+    def generator(self) -> tuple[Any, Any, str]:
+        """(model, tokenizer, generator id), loaded once."""
+        if self._generator is None:
+            from chunksel.llm.models import load_generator
+
+            self._generator = load_generator(self._generator_path)
+            want = getattr(self.selector, "generator_id", "")
+            if want and self._generator[2] != want:
+                raise DataError(
+                    f"the selector was trained on generator {want!r}, but {self._generator[2]!r} is loaded"
+                )
+        return self._generator
+
+    # ----------------------------------------------------------------- select
+    def select(
+        self,
+        question: str,
+        chunks: Sequence[str] | None = None,
+        chunk_embeddings: np.ndarray | None = None,
+        features: dict[str, np.ndarray] | None = None,
+        k: int = 1,
+    ) -> ChunkSelection:
+        """Choose the top ``k`` chunks for ``question``.
+
+        Args:
+            question: the question text (non-empty).
+            chunks: candidate chunk texts in retrieval order (optional when
+                ``chunk_embeddings`` is given).
+            chunk_embeddings: (n, d) retriever embeddings of the chunks (L2-normalised
+                here); encoded from ``chunks`` when absent.
+            features: ``{"h": (d_h,), "r": (d_r,)}`` from the caller's warm-up pass;
+                computed with the generator when absent.
+            k: how many chunks to return.
+        """
+        if not question or not question.strip():
+            raise DataError("empty question")
+        if chunk_embeddings is None:
+            if not chunks:
+                raise DataError("no candidate chunks given")
+            emb = self.encoder.encode(list(chunks), progress=False)
+        else:
+            emb = np.asarray(chunk_embeddings, dtype=np.float32)
+            if emb.ndim != 2 or emb.shape[0] == 0:
+                raise DataError(f"chunk_embeddings must be a non-empty (n, d) array, got shape {emb.shape}")
+            if chunks is not None and len(chunks) != emb.shape[0]:
+                raise DataError(f"{len(chunks)} chunks but {emb.shape[0]} embeddings")
+            emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+        texts = list(chunks) if chunks is not None else [f"chunk {i}" for i in range(emb.shape[0])]
+        warm = None
+        if features is None:
+            from chunksel.features.kv import warm_up
+
+            model, tokenizer, _ = self.generator()
+            warm = warm_up(model, tokenizer, question)
+            features = {"h": warm.h, "r": warm.r}
+        feats = InMemoryFeatures(
+            ["q"], h=np.asarray(features["h"], dtype=np.float32)[None], r=np.asarray(features["r"], dtype=np.float32)[None]
+        )
+        inst = Instance(
+            question=Question(id="q", text=question),
+            candidates=[
+                Candidate(id=str(i), text=t, rank=i, embedding=emb[i]) for i, t in enumerate(texts)
+            ],
+        )
+        scores = self.selector.score([inst], feats)[0]
+        if k < 1:
+            raise ConfigError(f"k must be >= 1, got {k}")
+        sel = selection_from_scores(inst, scores, k)
+        return ChunkSelection(
+            question=question,
+            indices=sel.indices,
+            chunks=[texts[i] for i in sel.indices],
+            scores=sel.scores,
+            all_scores=[float(s) for s in scores[: len(texts)]],
+            warm_up=warm,
+        )
+
+    def answer(self, question: str, chunks: Sequence[str], max_new_tokens: int = 32) -> tuple[str, ChunkSelection]:
+        """End-to-end RAG: select one chunk, then generate from the warm-up's KV cache."""
+        from chunksel.features.kv import generate_with_reuse
+
+        sel = self.select(question, chunks, k=1)
+        model, tokenizer, _ = self.generator()
+        gen = generate_with_reuse(
+            model, tokenizer, question, sel.chunks[0], sel.warm_up.cache, sel.warm_up.ids, max_new_tokens
+        )
+        return gen.text, sel

@@ -248,7 +248,10 @@ def run_study(
                 if s == seeds[0]:
                     hits.setdefault(name, {})[ds] = h
                     answerable[ds] = ans
-                    extra.setdefault(name, {})[ds] = metrics_to_percent(metrics)
+                    extra.setdefault(name, {})[ds] = {
+                        key: v for key, v in metrics_to_percent(metrics).items()
+                        if key not in ("n", "answerable", "contested")
+                    }
                     if ds == datasets[0]:
                         row.update(_cost(sel, sp["test"], features, prof.latency_queries))
             row["per_dataset"][ds] = {"seeds": accs, "n": int(metrics["answerable"])}

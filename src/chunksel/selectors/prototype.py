@@ -1,0 +1,549 @@
+"""The evidence-prototype selector (the paper's method; Secs. 3.1-3.3, 5.2).
+
+Input ``x = [h ; r ; E]``: ``h`` and ``r`` from the generator's question-only warm-up
+pass (``features.lookup(ids)``), ``E`` the top-K candidates' L2-normalised retriever
+embeddings flattened in retrieval order (zeros at padded slots). ``x`` is standard-scaled
+(scaler fitted on the training split), optionally masked to a feature budget
+(:mod:`chunksel.training.budgets`), and an MLP predicts a unit prototype ``y~``;
+candidate k scores ``cos(y~, e_k)`` (Eq. 7), the selection is the argmax (Eq. 9).
+
+Ablations: ``blocks`` names the feature blocks in ``x`` (any non-empty subset of "hs",
+"rw", "chunk"). Without "chunk" the MLP sees no candidate embedding, but the scores are
+still cosines between its prototype and the candidates' embeddings.
+
+At inference the BatchNorm layers are folded into the Linear layers (same outputs up to
+float rounding); ``quantize="int8"`` runs that folded model with int8 dynamically
+quantised Linear layers (``torch.ao.quantization.quantize_dynamic``, per-channel
+weights, per-batch activation ranges) after standard scaling.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from chunksel.errors import ConfigError, DataError
+from chunksel.nn.prototype import PrototypeMLP
+from chunksel.selectors.base import QuestionFeatures, Selector
+from chunksel.training.budgets import BLOCKS, FeatureLayout, budget_mask, gradient_importance
+from chunksel.training.trainer import (
+    DEFAULT_TAU,
+    StandardScaler,
+    TrainConfig,
+    train_prototype,
+    usable,
+)
+from chunksel.types import Instance, Selection, label_matrix
+
+#: version of the prototype selector's own state (layout, tensors) inside a save
+PROTOTYPE_FORMAT = 1
+WEIGHTS = "model.safetensors"
+
+
+def parse_blocks(blocks: str | Sequence[str]) -> tuple[str, ...]:
+    """``"hs+chunk"``, ``"hs,chunk"`` or ``("hs", "chunk")`` -> ``("hs", "chunk")`` (fixed order)."""
+    if isinstance(blocks, str):
+        blocks = [b for b in blocks.replace("+", ",").split(",")]
+    names = [b.strip().lower() for b in blocks if b.strip()]
+    bad = sorted(set(names) - set(BLOCKS))
+    if bad or not names:
+        raise ConfigError(f"blocks must be a non-empty subset of {', '.join(BLOCKS)}; got {list(blocks)}")
+    return tuple(b for b in BLOCKS if b in names)
+
+
+def _quant_mode(q: str | None) -> str:
+    if q in (None, "", "none", "fp32"):
+        return "fp32"
+    if q == "int8":
+        return "int8"
+    raise ConfigError(f"quantize must be None, 'fp32' or 'int8', got {q!r}")
+
+
+class PrototypeSelector(Selector):
+    """MLP evidence prototype + cosine scoring, trained with the multi-positive loss (Eq. 8).
+
+    Args:
+        k: candidates used per instance (K); fewer are padded and masked, more are cut.
+        blocks: feature blocks of ``x`` ("hs", "rw", "chunk"; any non-empty subset).
+        budget: feature budget in percent (10 keeps floor(D/10) units) or None for all.
+        tau: temperature of Eq. 8.
+        lr, weight_decay, batch_size, max_epochs, patience: the training recipe.
+        hidden, depth, dropout: the MLP (3 x 1024, dropout 0.05 in the paper).
+        seed: seeds initialisation, shuffling and the carved validation split.
+        label: label spec for training (default: each instance's ``label_source``).
+        device: torch device for training.
+        progress: tqdm bars while training.
+        quantize: None (fp32) or "int8" for inference.
+        generator_id: id of the generator whose warm-up gave h and r (recorded).
+        encoder_id: id of the retriever encoder that gave E (recorded).
+    """
+
+    name = "prototype"
+    requires_fit = True
+    query_cost = "warmup"
+
+    def __init__(
+        self,
+        k: int = 5,
+        blocks: str | Sequence[str] = BLOCKS,
+        budget: float | None = None,
+        tau: float = DEFAULT_TAU,
+        lr: float = 8e-4,
+        weight_decay: float = 3e-5,
+        batch_size: int = 256,
+        max_epochs: int = 150,
+        patience: int = 20,
+        hidden: int = 1024,
+        depth: int = 3,
+        dropout: float = 0.05,
+        seed: int = 0,
+        label: str | None = None,
+        device: str = "cpu",
+        progress: bool = True,
+        quantize: str | None = None,
+        generator_id: str = "",
+        encoder_id: str = "",
+    ) -> None:
+        self.k = k
+        self.blocks = parse_blocks(blocks)
+        self.budget = budget
+        self.tau = tau
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.patience = patience
+        self.hidden = hidden
+        self.depth = depth
+        self.dropout = dropout
+        self.seed = seed
+        self.label = label
+        self.device = device
+        self.progress = progress
+        self.quantize = quantize
+        self.generator_id = generator_id
+        self.encoder_id = encoder_id
+
+    # ------------------------------------------------------------------ arrays
+    def _train_config(self) -> TrainConfig:
+        return TrainConfig(
+            tau=self.tau, lr=self.lr, weight_decay=self.weight_decay, batch_size=self.batch_size,
+            max_epochs=self.max_epochs, patience=self.patience, hidden=self.hidden, depth=self.depth,
+            dropout=self.dropout, seed=self.seed, device=self.device, progress=self.progress,
+        )
+
+    def _needs_features(self) -> bool:
+        return "hs" in self.blocks or "rw" in self.blocks
+
+    def _question_features(
+        self, batch: Sequence[Instance], features: QuestionFeatures | None
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        if not self._needs_features():
+            return None, None
+        if features is None:
+            raise DataError(
+                f"the prototype selector with blocks {'+'.join(self.blocks)} needs generator "
+                "features (h, r): pass a feature store"
+            )
+        got = features.lookup([inst.id for inst in batch])
+        h = got.get("h") if "hs" in self.blocks else None
+        r = got.get("r") if "rw" in self.blocks else None
+        if "hs" in self.blocks and h is None:
+            raise DataError("the feature store has no 'h' array (needed by the 'hs' block)")
+        if "rw" in self.blocks and r is None:
+            raise DataError("the feature store has no 'r' array (needed by the 'rw' block)")
+        return h, r
+
+    def _embeddings(self, batch: Sequence[Instance], d_e: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(B, K, d) candidate embeddings (zeros at padding) and the (B, K) real mask."""
+        k = self.k
+        if d_e is None:
+            d_e = next(
+                (c.embedding.shape[-1] for i in batch for c in i.candidates[:k] if c.embedding is not None), None
+            )
+            if d_e is None:
+                raise DataError("no candidate has an embedding: the prototype selector needs E")
+        e = np.zeros((len(batch), k, d_e), dtype=np.float32)
+        m = np.zeros((len(batch), k), dtype=bool)
+        for b, inst in enumerate(batch):
+            for j, cand in enumerate(inst.candidates[:k]):
+                if cand.embedding is None:
+                    raise DataError(f"instance {inst.id!r}: candidate {cand.id!r} has no embedding")
+                if cand.embedding.shape[-1] != d_e:
+                    raise DataError(
+                        f"instance {inst.id!r}: candidate embedding dimension {cand.embedding.shape[-1]} "
+                        f"!= {d_e} (the selector's)"
+                    )
+                e[b, j] = cand.embedding
+                m[b, j] = True
+        return e, m
+
+    def _prepare(
+        self, instances: Sequence[Instance], features: QuestionFeatures | None
+    ) -> dict[str, np.ndarray]:
+        """Full-layout ``x`` (N, D), ``e``, ``y`` and ``m`` of labelled instances."""
+        instances = list(instances)
+        layout = getattr(self, "layout_", None)
+        e, m = self._embeddings(instances, layout.d_e if layout is not None else None)
+        h, r = self._question_features(instances, features)
+        if layout is None:
+            layout = FeatureLayout(
+                d_h=0 if h is None else int(h.shape[1]),
+                d_r=0 if r is None else int(r.shape[1]),
+                k=self.k,
+                d_e=int(e.shape[2]),
+                blocks=self.blocks,
+            )
+            self.layout_ = layout
+        self._check_layout(h, r, e)
+        y = np.zeros((len(instances), self.k), dtype=np.int8)
+        for b, inst in enumerate(instances):
+            lab = inst.labels(self.label)[: self.k]
+            y[b, : len(lab)] = lab
+        return {"x": layout.assemble(h, r, e), "e": e, "y": y, "m": m}
+
+    def _check_layout(self, h: np.ndarray | None, r: np.ndarray | None, e: np.ndarray) -> None:
+        lay: FeatureLayout = self.layout_
+        where = f" ({self.generator_id})" if self.generator_id else ""
+        if h is not None and h.shape[-1] != lay.d_h:
+            raise DataError(
+                f"generator features have h of dimension {h.shape[-1]}, but the selector was trained "
+                f"on h of dimension {lay.d_h}{where}"
+            )
+        if r is not None and r.shape[-1] != lay.d_r:
+            raise DataError(
+                f"generator features have r of dimension {r.shape[-1]}, but the selector was trained "
+                f"on r of dimension {lay.d_r}{where}"
+            )
+        if e.shape[-1] != lay.d_e:
+            raise DataError(
+                f"chunk embeddings have dimension {e.shape[-1]}, but the selector was trained on "
+                f"dimension {lay.d_e}{' (' + self.encoder_id + ')' if self.encoder_id else ''}"
+            )
+
+    # ----------------------------------------------------------------- fitting
+    def _validate(self) -> None:
+        if self.k < 1:
+            raise ConfigError(f"k must be >= 1, got {self.k}")
+        if self.budget is not None and not 0 < float(self.budget) <= 100:
+            raise ConfigError(f"budget must be a percent in (0, 100] or None, got {self.budget}")
+        if self.tau <= 0:
+            raise ConfigError(f"tau must be > 0, got {self.tau}")
+        _quant_mode(self.quantize)
+
+    def fit(
+        self,
+        train: Sequence[Instance],
+        features: QuestionFeatures | None = None,
+        val: Sequence[Instance] | None = None,
+    ) -> PrototypeSelector:
+        """Train the full model; with a budget < 100%, rank dims by Eq. 4 and retrain masked."""
+        self._validate()
+        self._reset()
+        data = self._prepare(train, features)
+        vdata = self._prepare(val, features) if val else None
+        self._fit_full(data, vdata)
+        if self.budget is not None and float(self.budget) < 100:
+            self._fit_masked(data, vdata, self._importance(data))
+        self.fitted_ = True
+        return self
+
+    def _reset(self) -> None:
+        for attr in ("layout_", "scaler_", "model_", "feature_mask_", "importance_", "summary_", "_infer"):
+            self.__dict__.pop(attr, None)
+        self.fitted_ = False
+
+    def _fit_full(self, data: dict[str, np.ndarray], vdata: dict[str, np.ndarray] | None) -> None:
+        v = (vdata["x"], vdata["e"], vdata["y"], vdata["m"]) if vdata else (None,) * 4
+        model, scaler, summary = train_prototype(data["x"], data["e"], data["y"], data["m"], *v, self._train_config())
+        self.model_, self.scaler_, self.summary_ = model, scaler, summary.to_dict()
+        self.feature_mask_ = np.ones(self.layout_.dim, dtype=bool)
+        self.importance_ = None
+        self._infer = None
+
+    def _importance(self, data: dict[str, np.ndarray]) -> np.ndarray:
+        """Eq. 4 over the usable training instances with the current (full) model."""
+        if getattr(self, "importance_", None) is None:
+            if not self.feature_mask_.all():
+                raise RuntimeError("gradient importance needs the full-input model")
+            keep, _, _ = usable(data["y"], data["m"])
+            self.importance_ = gradient_importance(
+                self.model_, self.scaler_.transform(data["x"][keep]), data["e"][keep],
+                data["y"][keep], data["m"][keep], self.tau,
+            )
+        return self.importance_
+
+    def _fit_masked(
+        self, data: dict[str, np.ndarray], vdata: dict[str, np.ndarray] | None, importance: np.ndarray
+    ) -> None:
+        mask = budget_mask(importance, self.layout_, float(self.budget))
+        v = (vdata["x"][:, mask], vdata["e"], vdata["y"], vdata["m"]) if vdata else (None,) * 4
+        full_scaler = self.scaler_
+        model, _, summary = train_prototype(
+            data["x"][:, mask], data["e"], data["y"], data["m"], *v, self._train_config(),
+            scaler=full_scaler.subset(mask),
+        )
+        self.model_, self.summary_, self.feature_mask_ = model, summary.to_dict(), mask
+        self.importance_ = importance
+        self._infer = None
+
+    def _adopt(self, full: PrototypeSelector) -> None:
+        """Take over a fitted full model's learned state (the 100% budget point)."""
+        for attr in ("layout_", "scaler_", "model_", "feature_mask_", "importance_", "summary_"):
+            setattr(self, attr, getattr(full, attr))
+        self._infer = None
+        self.fitted_ = True
+
+    def _fit_from_full(
+        self,
+        full: PrototypeSelector,
+        train: Sequence[Instance],
+        features: QuestionFeatures | None,
+        val: Sequence[Instance] | None,
+    ) -> None:
+        """Budget retrain from a fitted full selector (shares its importance and scaler)."""
+        self._validate()
+        self._reset()
+        self.layout_, self.scaler_, self.model_ = full.layout_, full.scaler_, full.model_
+        self.feature_mask_, self.importance_ = full.feature_mask_, getattr(full, "importance_", None)
+        data = self._prepare(train, features)
+        vdata = self._prepare(val, features) if val else None
+        importance = full._importance(data)
+        self._fit_masked(data, vdata, importance)
+        self.fitted_ = True
+
+    # ----------------------------------------------------------------- scoring
+    def n_parameters(self) -> int:
+        """Trainable parameters of the fitted MLP (smaller under a feature budget)."""
+        self._check_fitted()
+        return self.model_.n_parameters()
+
+    @property
+    def kept_dims(self) -> int:
+        """Input dims kept by the feature mask (D at 100%)."""
+        self._check_fitted()
+        return int(self.feature_mask_.sum())
+
+    def _inference_model(self) -> nn.Module:
+        mode = _quant_mode(self.quantize)
+        cached = getattr(self, "_infer", None)
+        if cached is not None and cached[0] == mode:
+            return cached[1]
+        folded = self.model_.fold_batchnorm()
+        if mode == "int8":
+            from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+            folded = quantize_dynamic(folded, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+        model = _Scaled(
+            self.scaler_.mean_[self.feature_mask_], self.scaler_.scale_[self.feature_mask_], folded
+        ).eval()
+        self._infer = (mode, model)
+        return model
+
+    def prototypes(self, x: np.ndarray) -> np.ndarray:
+        """(B, d_e) unit prototypes for full-layout unscaled inputs ``x`` (B, D)."""
+        self._check_fitted()
+        x = np.asarray(x, dtype=np.float32)
+        if x.ndim == 1:
+            x = x[None]
+        if x.shape[1] != self.layout_.dim:
+            raise DataError(f"input has {x.shape[1]} dims, the selector's layout has {self.layout_.dim}")
+        if not self.feature_mask_.all():
+            x = x[:, self.feature_mask_]
+        model = self._inference_model()
+        with torch.inference_mode():
+            return model(torch.from_numpy(np.ascontiguousarray(x))).numpy()
+
+    def score_arrays(
+        self,
+        h: np.ndarray | None,
+        r: np.ndarray | None,
+        e: np.ndarray,
+        mask: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Scores from raw arrays (the real-world path): no instances, no feature store.
+
+        Args:
+            h: (B, d_h) or (d_h,) hidden states (ignored/None without the "hs" block).
+            r: (B, d_r) or (d_r,) routing scores (ignored/None without the "rw" block).
+            e: (B, K', d) or (K', d) L2-normalised candidate embeddings in retrieval order;
+                K' < K is padded, K' > K cut to the top K.
+            mask: (B, K') bool, True at real candidates (default: all real).
+
+        Returns:
+            (B, min(K', K)) float32 cosine scores, ``-inf`` where ``mask`` is False.
+        """
+        self._check_fitted()
+        lay: FeatureLayout = self.layout_
+        e = np.asarray(e, dtype=np.float32)
+        single = e.ndim == 2
+        if single:
+            e = e[None]
+        if e.ndim != 3:
+            raise DataError(f"candidate embeddings must be (B, K, d) or (K, d), got shape {e.shape}")
+        b, kk, _ = e.shape
+        kk = min(kk, lay.k)
+        m = np.ones((b, kk), dtype=bool) if mask is None else np.asarray(mask, dtype=bool).reshape(b, -1)[:, :kk]
+        h = None if h is None or "hs" not in lay.blocks else np.asarray(h, dtype=np.float32).reshape(b, -1)
+        r = None if r is None or "rw" not in lay.blocks else np.asarray(r, dtype=np.float32).reshape(b, -1)
+        for name, arr in (("hs", h), ("rw", r)):
+            if name in lay.blocks and arr is None:
+                raise DataError(f"the selector uses the {name!r} block: pass {'h' if name == 'hs' else 'r'}")
+        self._check_layout(h, r, e)
+        if e.shape[1] == lay.k and m.all():
+            full_e = e
+        else:
+            full_e = np.zeros((b, lay.k, lay.d_e), dtype=np.float32)
+            full_e[:, :kk] = e[:, :kk] * m[..., None]
+        y = self.prototypes(lay.assemble(h, r, full_e))
+        cand = full_e[:, :kk]
+        norms = np.linalg.norm(cand, axis=-1)
+        cos = np.einsum("bd,bkd->bk", y, cand) / np.where(norms > 0, norms, 1.0)
+        cos[~m] = -np.inf
+        return cos
+
+    def _score(self, batch: Sequence[Instance], features: QuestionFeatures | None, k: int) -> np.ndarray:
+        e, m = self._embeddings(batch, self.layout_.d_e)
+        h, r = self._question_features(batch, features)
+        kk = min(k, self.k)
+        return self.score_arrays(h, r, e, m)[:, :kk]
+
+    def select(
+        self, batch: Sequence[Instance], features: QuestionFeatures | None = None, k: int = 1
+    ) -> list[Selection]:
+        """Top ``k`` among each instance's first K candidates (those past K are never chosen)."""
+        out = super().select(batch, features, k)
+        for sel in out:
+            keep = [i for i, s in enumerate(sel.scores) if s != -math.inf]
+            if len(keep) < len(sel.scores):
+                sel.indices = [sel.indices[i] for i in keep]
+                sel.candidate_ids = [sel.candidate_ids[i] for i in keep]
+                sel.scores = [sel.scores[i] for i in keep]
+        return out
+
+    # --------------------------------------------------------------- save/load
+    def _state_config(self) -> dict[str, Any]:
+        return {
+            "prototype_format": PROTOTYPE_FORMAT,
+            "layout": self.layout_.to_dict(),
+            "in_dim": int(self.feature_mask_.sum()),
+            "out_dim": int(self.layout_.d_e),
+            "generator_id": self.generator_id,
+            "encoder_id": self.encoder_id,
+            "n_parameters": self.model_.n_parameters(),
+            "summary": getattr(self, "summary_", None),
+        }
+
+    def _save_state(self, path: Path) -> None:
+        from safetensors.torch import save_file
+
+        tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in self.model_.state_dict().items()}
+        tensors["scaler.mean"] = torch.as_tensor(self.scaler_.mean_)
+        tensors["scaler.scale"] = torch.as_tensor(self.scaler_.scale_)
+        tensors["feature_mask"] = torch.as_tensor(self.feature_mask_.astype(np.uint8))
+        if getattr(self, "importance_", None) is not None:
+            tensors["importance"] = torch.as_tensor(self.importance_)
+        tmp = path / (WEIGHTS + ".tmp")
+        save_file(tensors, str(tmp), metadata={"format": "chunksel-prototype", "version": str(PROTOTYPE_FORMAT)})
+        tmp.replace(path / WEIGHTS)
+
+    def _load_state(self, path: Path, state: dict[str, Any]) -> None:
+        from safetensors.torch import load_file
+
+        file = path / WEIGHTS
+        if not file.is_file():
+            raise DataError(f"corrupt checkpoint {path}: no {WEIGHTS}")
+        if state.get("prototype_format") != PROTOTYPE_FORMAT:
+            raise DataError(
+                f"{path}: prototype format {state.get('prototype_format')!r} is not supported "
+                f"(this chunksel reads {PROTOTYPE_FORMAT})"
+            )
+        try:
+            tensors = load_file(str(file))
+        except Exception as err:  # safetensors raises its own error types
+            msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise DataError(f"corrupt checkpoint {file}: {msg}") from None
+        try:
+            self.layout_ = FeatureLayout.from_dict(state["layout"])
+            self.feature_mask_ = tensors["feature_mask"].numpy().astype(bool)
+            self.scaler_ = StandardScaler(tensors["scaler.mean"].numpy(), tensors["scaler.scale"].numpy())
+            self.importance_ = tensors["importance"].double().numpy() if "importance" in tensors else None
+            model = PrototypeMLP(int(self.feature_mask_.sum()), self.layout_.d_e, self.hidden, self.depth, self.dropout)
+            model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=True)
+        except (KeyError, RuntimeError, ValueError) as err:
+            msg = str(err).splitlines()[0]
+            raise DataError(f"corrupt checkpoint {file}: {msg}") from None
+        if self.feature_mask_.shape != (self.layout_.dim,):
+            raise DataError(
+                f"corrupt checkpoint {file}: feature mask of {self.feature_mask_.shape[0]} dims "
+                f"for a layout of {self.layout_.dim}"
+            )
+        self.model_ = model.eval()
+        self.summary_ = state.get("summary")
+        self._infer = None
+
+    @classmethod
+    def load(cls, path: str | Path, quantize: str | None = None) -> PrototypeSelector:
+        """Load a saved selector; ``quantize="int8"`` overrides the saved inference mode."""
+        obj = super().load(path)
+        if quantize is not None:
+            _quant_mode(quantize)
+            obj.quantize = quantize
+        return obj
+
+
+class _Scaled(nn.Module):
+    """``(x - mean) / scale`` then the folded MLP.
+
+    The scaler stays outside the Linear layers so that int8 dynamic quantisation sees
+    standardised activations (raw hidden states have a few huge dims).
+    """
+
+    def __init__(self, mean: np.ndarray, scale: np.ndarray, net: nn.Module) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32))
+        self.register_buffer("inv_scale", torch.as_tensor(1.0 / scale, dtype=torch.float32))
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net((x - self.mean) * self.inv_scale)
+
+
+def rank1_accuracy(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Share of rows whose top-scoring column (ties: lower column) is positive."""
+    if len(scores) == 0:
+        return math.nan
+    top = np.argmax(np.where(np.isfinite(scores), scores, -np.inf), axis=1)
+    return float(np.mean(np.asarray(labels)[np.arange(len(top)), top] >= 1))
+
+
+def sweep_tau(
+    train: Sequence[Instance],
+    val: Sequence[Instance],
+    features: QuestionFeatures | None = None,
+    taus: Sequence[float] = (0.02, 0.05, 0.1, 0.2),
+    seeds: Sequence[int] = (0,),
+    **settings: Any,
+) -> dict[float, list[float]]:
+    """Rank-1 accuracy on the contested ``val`` instances for each temperature and seed.
+
+    Early stopping uses a split carved from ``train``, so ``val`` is only scored.
+    """
+    contested = [i for i in val if i.contested(settings.get("label"))]
+    if not contested:
+        raise DataError("no validation instance has both a positive and a negative candidate")
+    out: dict[float, list[float]] = {}
+    for tau in taus:
+        for seed in seeds:
+            sel = PrototypeSelector(tau=tau, seed=seed, **settings).fit(train, features)
+            scores = sel.score(contested, features)[:, : sel.k]
+            labels = label_matrix(contested, sel.label, k=scores.shape[1])
+            out.setdefault(float(tau), []).append(rank1_accuracy(scores, labels))
+    return out
+

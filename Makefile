@@ -23,6 +23,7 @@ models: install
 
 test: install models
 	$(BIN)/python -m pytest -q -m "not slow"
+	PYTHON=$(PYTHON) bash .ci/test-transformers4.sh
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks

@@ -7,7 +7,15 @@ import pytest
 
 from chunksel.data.instances import load_instances, save_instances
 from chunksel.errors import DataError
-from chunksel.types import Candidate, Instance, Question, candidate_mask, label_matrix, read_jsonl, write_jsonl
+from chunksel.types import (
+    Candidate,
+    Instance,
+    Question,
+    candidate_mask,
+    label_matrix,
+    read_jsonl,
+    write_jsonl,
+)
 
 
 def _inst(labels, spec="containment|gold"):

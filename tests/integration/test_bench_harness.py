@@ -44,3 +44,35 @@ def test_harness_end_to_end(tmp_path):
     report = (out / "report.md").read_text()
     assert "Table 1" in report and "PopQA" in report
     assert any(p.suffix == ".png" for p in out.iterdir())
+
+
+def test_warm_rerun_reuses_memoised_results(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path / "cache"))
+    data = {"popqa": make_toy_instances(n=30, seed=3)}
+    ids = [i.question.id for i in data["popqa"]]
+    rng = np.random.default_rng(0)
+    feats = InMemoryFeatures(ids, h=rng.normal(size=(len(ids), 6)), r=rng.random((len(ids), 4)))
+    prof = Profile(
+        "tiny", limit=30, seeds=(0,), budgets=(50, 100), latency_queries=2,
+        overrides={"prototype": {"hidden": 16, "max_epochs": 3, "patience": 2, "batch_size": 8}},
+    )
+    sels = ["retrieval", "prototype"]
+    first = json.loads((run_study(data, sels, prof, feats, tmp_path / "a", progress=False, reuse=True)
+                        / "results.json").read_text())
+    second = json.loads((run_study(data, sels, prof, feats, tmp_path / "b", progress=False, reuse=True)
+                         / "results.json").read_text())
+    assert first["reused_results"] == 0
+    # Table 1 (2 selectors), 7 ablations, the budget curve: all reused
+    assert second["reused_results"] == 2 + 7 + 1
+    for table in ("table1", "table2", "table3", "significance"):
+        assert second[table] == first[table]
+    # a changed label is a different experiment: everything on that dataset retrains
+    data["popqa"][0].candidates[0].labels["containment"] = 1 - data["popqa"][0].candidates[0].labels.get(
+        "containment", 0)
+    third = json.loads((run_study(data, sels, prof, feats, tmp_path / "c", progress=False, reuse=True)
+                        / "results.json").read_text())
+    assert third["reused_results"] == 0
+    # reuse off never reads the memo
+    off = json.loads((run_study(data, sels, prof, feats, tmp_path / "d", progress=False, reuse=False)
+                      / "results.json").read_text())
+    assert off["reused_results"] == 0

@@ -79,7 +79,26 @@ class DRMM(nn.Module):
         self, q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor
     ) -> torch.Tensor:
         """(N,) scores ``sum_i g_i z_i``."""
-        z = self.matching(self.histograms(q, q_mask, d, d_mask)).squeeze(-1)  # (N, Lq)
+        return self.forward_cached(self.histograms(q, q_mask, d, d_mask), q, q_mask)
+
+    # With a frozen table the histograms and the query-term vectors do not change during
+    # training: the training loop computes them once (``cache_inputs``) and trains
+    # ``forward_cached``.
+    @property
+    def cacheable(self) -> bool:
+        """True when the embedding table is frozen."""
+        return not self.embedding.weight.requires_grad
+
+    @torch.no_grad()
+    def cache_inputs(
+        self, q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        """Histograms (N, Lq, n_bins), the query ids and the query mask."""
+        return self.histograms(q, q_mask, d, d_mask), q, q_mask
+
+    def forward_cached(self, hist: torch.Tensor, q: torch.Tensor, q_mask: torch.Tensor) -> torch.Tensor:
+        """(N,) scores from histograms (N, Lq, n_bins), query ids and the query mask."""
+        z = self.matching(hist).squeeze(-1)  # (N, Lq)
         logits = self.gate(self.embedding(q)).squeeze(-1).masked_fill(~q_mask, float("-inf"))
         g = torch.softmax(logits, dim=1)
         g = torch.nan_to_num(g, nan=0.0)  # a query without any real term

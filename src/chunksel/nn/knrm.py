@@ -80,4 +80,22 @@ class KNRM(nn.Module):
         self, q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor
     ) -> torch.Tensor:
         """(N,) scores ``tanh(w . phi + b)``."""
-        return torch.tanh(self.dense(self.kernel_features(q, q_mask, d, d_mask))).squeeze(-1)
+        return self.forward_cached(self.kernel_features(q, q_mask, d, d_mask))
+
+    # With a frozen table the kernel features do not change during training: the
+    # training loop computes them once (``cache_inputs``) and trains ``forward_cached``.
+    @property
+    def cacheable(self) -> bool:
+        """True when nothing before the kernel features is learned."""
+        return not self.embedding.weight.requires_grad
+
+    @torch.no_grad()
+    def cache_inputs(
+        self, q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        """The (N, n_kernels) kernel features, the fixed input of :meth:`forward_cached`."""
+        return (self.kernel_features(q, q_mask, d, d_mask),)
+
+    def forward_cached(self, phi: torch.Tensor) -> torch.Tensor:
+        """(N,) scores from kernel features (N, n_kernels)."""
+        return torch.tanh(self.dense(phi)).squeeze(-1)

@@ -112,6 +112,105 @@ class _Folded(nn.Module):
         return F.normalize(self.net(x), dim=-1)
 
 
+def int8_weight_only_available() -> bool:
+    """Whether this torch has the CPU weight-only int8 matmul (``torch._weight_int8pack_mm``)."""
+    return hasattr(torch, "_weight_int8pack_mm")
+
+
+class InferenceMLP:
+    """The folded MLP as plain tensors, for low per-call overhead at batch 1.
+
+    Built from a :class:`PrototypeMLP` and the input scaler (``mean``, ``scale`` over
+    the kept input dims). No module dispatch, no autograd: one ``addmm`` (or int8
+    matmul) per layer, in-place ReLU, then L2 normalisation.
+
+    Modes:
+        ``"fp32"``: BatchNorm *and* the scaler folded into the Linear layers
+            (``W1' = W1 diag(1/scale)``, ``b1' = b1 - W1' mean``).
+        ``"int8w"``: weight-only int8 (symmetric, one scale per output row) with bfloat16
+            activations (``torch._weight_int8pack_mm``); the scaler stays in front so the
+            first layer's columns keep comparable ranges. Layer widths are zero-padded to
+            multiples of 32 (the kernel mis-reads other inner sizes), and the kernel is
+            checked against the dequantised weights once when the model is built.
+    """
+
+    def __init__(self, mlp: PrototypeMLP, mean: torch.Tensor, scale: torch.Tensor, mode: str = "fp32") -> None:
+        if mode not in ("fp32", "int8w"):
+            raise ValueError(f"InferenceMLP mode must be 'fp32' or 'int8w', got {mode!r}")
+        if mode == "int8w" and not int8_weight_only_available():
+            raise RuntimeError("this torch build has no torch._weight_int8pack_mm (weight-only int8)")
+        self.mode = mode
+        folded = mlp.fold_batchnorm().net
+        linears = [m for m in folded if isinstance(m, nn.Linear)]
+        mean = torch.as_tensor(mean, dtype=torch.float32)
+        inv_scale = 1.0 / torch.as_tensor(scale, dtype=torch.float32)
+        with torch.no_grad():
+            layers = [(lin.weight.detach().clone(), lin.bias.detach().clone()) for lin in linears]
+            if mode == "fp32":
+                w1, b1 = layers[0]
+                w1 = w1 * inv_scale[None, :]
+                layers[0] = (w1.contiguous(), b1 - w1 @ mean)
+                self.mean = self.inv_scale = None
+                self.layers = layers
+            else:
+                # the kernel reads the inner dimension in blocks: widths are zero-padded to
+                # multiples of 32 (padded outputs stay 0 through ReLU and meet zero columns)
+                self.in_dim, self.out_dim = layers[0][0].shape[1], layers[-1][0].shape[0]
+                self.pad_in = _round_up(self.in_dim) - self.in_dim
+                self.mean = F.pad(mean, (0, self.pad_in))
+                self.inv_scale = F.pad(inv_scale, (0, self.pad_in))
+                self.layers = []
+                for w, b in layers:
+                    n, k = w.shape
+                    w = F.pad(w, (0, _round_up(k) - k, 0, _round_up(n) - n))
+                    b = F.pad(b, (0, _round_up(n) - n))
+                    s = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+                    q = torch.round(w / s[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+                    self.layers.append((q, s.to(torch.bfloat16), b.to(torch.bfloat16)))
+                self._self_check()
+
+    def n_bytes(self) -> int:
+        """Bytes held by the weights, scales and biases."""
+        return sum(t.numel() * t.element_size() for layer in self.layers for t in layer)
+
+    @torch.inference_mode()
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, D) unscaled kept inputs -> (B, out_dim) unit prototypes (float32)."""
+        last = len(self.layers) - 1
+        if self.mode == "fp32":
+            h = x
+            for i, (w, b) in enumerate(self.layers):
+                h = torch.addmm(b, h, w.t())
+                if i < last:
+                    h.relu_()
+        else:
+            if self.pad_in:
+                x = F.pad(x, (0, self.pad_in))
+            h = ((x - self.mean) * self.inv_scale).to(torch.bfloat16)
+            for i, (q, s, b) in enumerate(self.layers):
+                h = torch._weight_int8pack_mm(h, q, s).add_(b)
+                if i < last:
+                    h.relu_()
+            h = h[:, : self.out_dim].float()
+        return F.normalize(h, dim=-1)
+
+    def _self_check(self) -> None:
+        """Compare the int8 kernel with the dequantised weights on a random input once:
+        a kernel that mis-reads a layout fails loudly here instead of scoring wrongly."""
+        g = torch.Generator().manual_seed(0)
+        h = torch.randn(2, self.layers[0][0].shape[1], generator=g).to(torch.bfloat16)
+        for q, s, _ in self.layers:
+            got = torch._weight_int8pack_mm(h, q, s).float()
+            ref = h.float() @ (q.float() * s.float()[:, None]).t()
+            if (got - ref).abs().max() > 0.02 * ref.abs().max() + 1e-3:
+                raise RuntimeError(f"weight-only int8 matmul disagrees with its reference at shape {tuple(q.shape)}")
+            h = torch.relu(ref).to(torch.bfloat16)
+
+
+def _round_up(n: int, multiple: int = 32) -> int:
+    return -(-n // multiple) * multiple
+
+
 def cosine_scores(prototypes: torch.Tensor, embeddings: torch.Tensor) -> torch.Tensor:
     """Eq. 7: ``s[b, k] = y~_b^T e_{b,k}`` for unit ``y~`` and (B, K, d) candidate embeddings.
 

@@ -15,8 +15,12 @@ negatives):
 
 Training uses AdamW, gradient-norm clipping, shuffled mini-batches from a seeded
 generator, and early stopping on the validation loss with a patience (on the training
-loss when no validation instance is contested); the best state is restored. Instances without a positive or without a negative
-candidate are dropped from training and validation.
+loss when no validation instance is contested); the best state is restored. Instances
+without a positive or without a negative candidate are dropped from training and
+validation. A model whose learned part only sees fixed inputs (``model.cacheable``: K-NRM
+and DRMM with a frozen embedding table) has them computed once
+(``model.cache_inputs``) and trains ``model.forward_cached`` on them: the same model
+and the same updates, without recomputing the frozen part every epoch.
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ class RankingTrainConfig:
         grad_clip: max gradient L2 norm (0 = off).
         seed: seeds torch and the batch shuffling.
         progress: show a tqdm bar over epochs.
+        cache_inputs: compute a cacheable model's fixed inputs once (see the module
+            docstring); False recomputes them every step (same result, slower).
     """
 
     loss: str = "softmax"
@@ -90,6 +96,7 @@ class RankingTrainConfig:
     grad_clip: float = 1.0
     seed: int = 0
     progress: bool = True
+    cache_inputs: bool = True
 
 
 @dataclass
@@ -139,12 +146,13 @@ def ranking_loss(
 
 
 def _tensors(
-    data: RankingData, rows: np.ndarray, device: torch.device, trim: bool = True
+    data: RankingData, rows: np.ndarray, device: torch.device, trim: bool = True, trim_query: bool = True
 ) -> tuple[torch.Tensor, ...]:
     """Torch tensors of ``rows``; with ``trim``, the query/document axes are cut to the
-    longest real text of these rows (exact: padded positions are masked anyway)."""
+    longest real text of these rows (exact: padded positions are masked anyway);
+    ``trim_query=False`` keeps the query axis whole."""
     q_mask, d_mask = data.q_mask[rows], data.d_mask[rows]
-    lq = max(int(q_mask.sum(axis=1).max(initial=0)), 1) if trim else q_mask.shape[1]
+    lq = max(int(q_mask.sum(axis=1).max(initial=0)), 1) if trim and trim_query else q_mask.shape[1]
     ld = max(int(d_mask.sum(axis=2).max(initial=0)), 1) if trim else d_mask.shape[2]
     return (
         torch.from_numpy(np.ascontiguousarray(data.q_ids[rows][:, :lq])).to(device),
@@ -187,17 +195,53 @@ def score_ranking_data(model: nn.Module, data: RankingData, batch_size: int = 64
 
 
 @torch.no_grad()
-def _mean_loss(model: nn.Module, data: RankingData, cfg: RankingTrainConfig) -> float:
+def _mean_loss(model: nn.Module, data: RankingData, cfg: RankingTrainConfig, batch_loss, cache) -> float:
     model.eval()
-    device = next(model.parameters()).device
     total, n = 0.0, 0
     for start in range(0, len(data), cfg.batch_size):
         rows = np.arange(start, min(start + cfg.batch_size, len(data)))
-        q, qm, d, dm, cm, y = _tensors(data, rows, device, _trim(model))
-        loss = ranking_loss(cfg.loss, score_pairs(model, q, qm, d, dm), y, cm, cfg.margin)
+        loss = batch_loss(data, cache, rows)
         total += float(loss) * len(rows)
         n += len(rows)
     return total / max(n, 1)
+
+
+def _cached(model: nn.Module) -> bool:
+    return bool(getattr(model, "cacheable", False))
+
+
+class _Cache:
+    """A cacheable model's fixed inputs of every (instance, candidate) pair.
+
+    Each tensor is (N, K, ...): computed once with :meth:`cache_inputs` (batched, query
+    axis kept whole so the rows line up), then indexed by instance rows.
+    """
+
+    def __init__(self, model: nn.Module, data: RankingData, batch_size: int) -> None:
+        device = next(model.parameters()).device
+        parts: list[list[torch.Tensor]] = []
+        for start in range(0, len(data), batch_size):
+            rows = np.arange(start, min(start + batch_size, len(data)))
+            q, qm, d, dm, _, _ = _tensors(data, rows, device, trim=True, trim_query=False)
+            b, k, ld = d.shape
+            lq = q.shape[1]
+            qq = q[:, None, :].expand(b, k, lq).reshape(b * k, lq)
+            qqm = qm[:, None, :].expand(b, k, lq).reshape(b * k, lq)
+            out = model.cache_inputs(qq, qqm, d.reshape(b * k, ld), dm.reshape(b * k, ld))
+            for i, t in enumerate(out):
+                if len(parts) <= i:
+                    parts.append([])
+                parts[i].append(t.reshape(b, k, *t.shape[1:]))
+        self.tensors = [torch.cat(p) for p in parts]
+        self.cand_mask = torch.from_numpy(data.cand_mask).to(device)
+        self.labels = torch.from_numpy(data.labels.astype(np.int64)).to(device)
+
+    def scores(self, model: nn.Module, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        idx = torch.from_numpy(np.asarray(rows))
+        ts = [t[idx] for t in self.tensors]
+        b, k = ts[0].shape[:2]
+        s = model.forward_cached(*[t.reshape(b * k, *t.shape[2:]) for t in ts]).reshape(b, k)
+        return s, self.cand_mask[idx], self.labels[idx]
 
 
 def train_ranker(
@@ -220,6 +264,18 @@ def train_ranker(
     torch.manual_seed(cfg.seed)
     gen = np.random.default_rng(cfg.seed)
     device = next(model.parameters()).device
+    # a model whose learned part sees fixed inputs (frozen embeddings) computes them once
+    cache = _Cache(model, train, cfg.batch_size) if cfg.cache_inputs and _cached(model) else None
+    val_cache = _Cache(model, val, cfg.batch_size) if cache is not None and val is not None else None
+
+    def batch_loss(data: RankingData, c: _Cache | None, rows: np.ndarray) -> torch.Tensor:
+        if c is not None:
+            s, cm, y = c.scores(model, rows)
+        else:
+            q, qm, d, dm, cm, y = _tensors(data, rows, device, _trim(model))
+            s = score_pairs(model, q, qm, d, dm)
+        return ranking_loss(cfg.loss, s, y, cm, cfg.margin)
+
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     hist = TrainHistory()
@@ -233,8 +289,7 @@ def train_ranker(
         total = 0.0
         for start in range(0, len(order), cfg.batch_size):
             rows = order[start : start + cfg.batch_size]
-            q, qm, d, dm, cm, y = _tensors(train, rows, device, _trim(model))
-            loss = ranking_loss(cfg.loss, score_pairs(model, q, qm, d, dm), y, cm, cfg.margin)
+            loss = batch_loss(train, cache, rows)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip > 0:
@@ -242,7 +297,7 @@ def train_ranker(
             opt.step()
             total += float(loss.detach()) * len(rows)
         hist.train_loss.append(total / len(order))
-        monitored = _mean_loss(model, val, cfg) if val is not None else hist.train_loss[-1]
+        monitored = _mean_loss(model, val, cfg, batch_loss, val_cache) if val is not None else hist.train_loss[-1]
         if val is not None:
             hist.val_loss.append(monitored)
         bar.set_postfix(train=f"{hist.train_loss[-1]:.4f}", val=f"{monitored:.4f}" if val is not None else "-")

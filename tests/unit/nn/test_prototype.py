@@ -62,6 +62,29 @@ def test_fold_batchnorm_matches_eval_output():
     torch.testing.assert_close(folded(x), model(x), atol=1e-5, rtol=1e-5)
 
 
+def test_inference_mlp_folds_the_scaler_and_batchnorm():
+    from chunksel.nn.prototype import InferenceMLP, int8_weight_only_available
+
+    torch.manual_seed(1)
+    model = PrototypeMLP(20, out_dim=8, hidden=16, depth=3)
+    model.train()
+    for _ in range(5):
+        model(torch.randn(32, 20))
+    model.eval()
+    mean, scale = torch.randn(20) * 5, torch.rand(20) * 10 + 0.1
+    x = torch.randn(9, 20) * scale + mean
+    with torch.no_grad():
+        expected = model((x - mean) / scale)
+    fast = InferenceMLP(model, mean, scale, "fp32")
+    torch.testing.assert_close(fast(x), expected, atol=1e-5, rtol=1e-4)
+    assert fast.n_bytes() == 4 * model.n_parameters() - 4 * 2 * 3 * 16  # BN weights/biases folded away
+    if int8_weight_only_available():
+        q = InferenceMLP(model, mean, scale, "int8w")
+        assert (q(x) - expected).abs().max() < 0.05
+    with pytest.raises(ValueError, match="mode"):
+        InferenceMLP(model, mean, scale, "int4")
+
+
 def test_cosine_scores_renormalise_and_keep_zero_rows():
     y = torch.tensor([[1.0, 0.0]])
     e = torch.tensor([[[2.0, 0.0], [0.0, 3.0], [0.0, 0.0]]])

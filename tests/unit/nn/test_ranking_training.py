@@ -42,3 +42,54 @@ def test_contested_keeps_instances_with_both_labels() -> None:
     )
     kept = data.contested()
     assert len(kept) == 1 and kept.labels.tolist() == [[1, 0]]
+
+
+def _toy_ranking_data(seed: int, n: int = 24, k: int = 4, lq: int = 6, ld: int = 15, vocab: int = 40) -> RankingData:
+    """Questions whose positive candidate repeats their terms (a learnable signal)."""
+    rng = np.random.default_rng(seed)
+    q = rng.integers(1, vocab, (n, lq))
+    d = rng.integers(1, vocab, (n, k, ld))
+    labels = np.zeros((n, k), np.int8)
+    for i in range(n):
+        j = int(rng.integers(k))
+        labels[i, j] = 1
+        d[i, j, : lq] = q[i]
+    q_mask = np.ones((n, lq), bool)
+    q_mask[::3, -2:] = False  # some short questions
+    d_mask = np.ones((n, k, ld), bool)
+    d_mask[:, :, -int(rng.integers(1, 5)):] = False
+    return RankingData(q * q_mask, q_mask, d * d_mask, d_mask, np.ones((n, k), bool), labels)
+
+
+@pytest.mark.parametrize("model_name", ["knrm", "drmm"])
+def test_frozen_embeddings_train_identically_from_cached_inputs(model_name: str) -> None:
+    from chunksel.nn.drmm import DRMM
+    from chunksel.nn.knrm import KNRM
+    from chunksel.training.ranking import RankingTrainConfig, score_ranking_data, train_ranker
+
+    train, val = _toy_ranking_data(0), _toy_ranking_data(1)
+    weights = {}
+    for cached in (True, False):
+        torch.manual_seed(0)
+        table = torch.randn(40, 8)
+        model = KNRM(40, 8, table, train_embeddings=False) if model_name == "knrm" else DRMM(
+            40, 8, table, train_embeddings=False, n_bins=6)
+        assert model.cacheable
+        cfg = RankingTrainConfig(loss="hinge", lr=1e-2, batch_size=5, max_epochs=4, patience=10,
+                                 progress=False, cache_inputs=cached)
+        hist = train_ranker(model, train, val, cfg)
+        weights[cached] = ({k: v.clone() for k, v in model.state_dict().items()}, hist,
+                           score_ranking_data(model, val))
+    (w1, h1, s1), (w0, h0, s0) = weights[True], weights[False]
+    assert h1.train_loss == pytest.approx(h0.train_loss, rel=1e-5)
+    assert h1.val_loss == pytest.approx(h0.val_loss, rel=1e-5)
+    for name in w1:
+        torch.testing.assert_close(w1[name], w0[name], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(s1, s0, rtol=1e-5, atol=1e-6)
+    assert h1.train_loss[-1] < h1.train_loss[0]  # it learned something
+
+
+def test_trainable_embeddings_are_not_cached() -> None:
+    from chunksel.nn.knrm import KNRM
+
+    assert not KNRM(40, 8, torch.randn(40, 8), train_embeddings=True).cacheable

@@ -38,7 +38,7 @@ def test_learns_exact_match_toy_task(name: str, toy_instances: list[Instance], t
 def test_frozen_embeddings_are_not_counted(toy_instances: list[Instance]) -> None:
     train = [i for i in toy_instances if i.split == "train"]
     kw = {"embedding_init": "random", "embedding_dim": 8, "max_epochs": 1, "progress": False}
-    free = make_selector("knrm", **kw).fit(train)
+    free = make_selector("knrm", train_embeddings=True, **kw).fit(train)
     frozen = make_selector("knrm", train_embeddings=False, **kw).fit(train)
     assert frozen.n_parameters() == 11 + 1  # the linear layer over 11 kernels
     assert free.n_parameters() == 12 + free.model_.embedding.weight.numel()

@@ -8,6 +8,7 @@ import torch
 
 from chunksel.errors import ConfigError, DataError, NotFittedError
 from chunksel.features.base import InMemoryFeatures
+from chunksel.nn.prototype import InferenceMLP, int8_weight_only_available
 from chunksel.selectors import REGISTRY, available, load_selector, make_selector
 from chunksel.selectors.prototype import PrototypeSelector, parse_blocks, rank1_accuracy
 from chunksel.types import Candidate, Instance, Question
@@ -183,6 +184,19 @@ def test_int8_variant_close_to_fp32(fitted, tmp_path):
     assert not np.array_equal(fp, i8)  # it really runs quantised
     with pytest.raises(ConfigError):
         PrototypeSelector.load(tmp_path / "m", quantize="int4")
+
+
+@pytest.mark.skipif(not int8_weight_only_available(), reason="torch without _weight_int8pack_mm")
+def test_int8_weight_only_variant_close_to_fp32(fitted, tmp_path):
+    sel, insts, feats = fitted
+    sel.save(tmp_path / "m")
+    q = PrototypeSelector.load(tmp_path / "m", quantize="int8w")
+    fp, i8 = sel.score(insts, feats), q.score(insts, feats)
+    real = np.isfinite(fp)
+    assert np.array_equal(real, np.isfinite(i8))
+    assert np.abs(fp[real] - i8[real]).max() < 0.05
+    assert not np.array_equal(fp, i8)
+    assert isinstance(q._inference_model(), InferenceMLP) and q._inference_model().mode == "int8w"
 
 
 def test_learns_a_planted_signal():

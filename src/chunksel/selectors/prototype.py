@@ -411,7 +411,7 @@ class PrototypeSelector(Selector):
             full_e[:, :kk] = e[:, :kk] * m[..., None]
         y = self.prototypes(lay.assemble(h, r, full_e))
         cand = full_e[:, :kk]
-        norms = np.linalg.norm(cand, axis=-1)
+        norms = np.sqrt(np.einsum("bkd,bkd->bk", cand, cand))
         cos = np.einsum("bd,bkd->bk", y, cand) / np.where(norms > 0, norms, 1.0)
         cos[~m] = -np.inf
         return cos

@@ -23,8 +23,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from chunksel.nn.table import WordTableRanker
 
-class DRMM(nn.Module):
+
+class DRMM(WordTableRanker):
     """DRMM with LCH histograms, a 30-5-1 matching network and term-vector gating.
 
     Args:
@@ -46,15 +48,10 @@ class DRMM(nn.Module):
         n_bins: int = 30,
         hidden: int = 5,
     ) -> None:
-        super().__init__()
         if n_bins < 2:
             raise ValueError("DRMM needs at least 2 histogram bins")
+        super().__init__(vocab_size, dim, weights, train_embeddings)
         self.n_bins = n_bins
-        self.embedding = nn.Embedding(vocab_size, dim, padding_idx=0)
-        if weights is not None:
-            with torch.no_grad():
-                self.embedding.weight.copy_(weights)
-        self.embedding.weight.requires_grad_(train_embeddings)
         self.matching = nn.Sequential(nn.Linear(n_bins, hidden), nn.Tanh(), nn.Linear(hidden, 1), nn.Tanh())
         self.gate = nn.Linear(dim, 1, bias=False)
 
@@ -75,21 +72,8 @@ class DRMM(nn.Module):
         counts.scatter_add_(2, idx, weight.contiguous())
         return torch.log1p(counts)
 
-    def forward(
-        self, q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor
-    ) -> torch.Tensor:
-        """(N,) scores ``sum_i g_i z_i``."""
-        return self.forward_cached(self.histograms(q, q_mask, d, d_mask), q, q_mask)
-
-    # With a frozen table the histograms and the query-term vectors do not change during
-    # training: the training loop computes them once (``cache_inputs``) and trains
-    # ``forward_cached``.
-    @property
-    def cacheable(self) -> bool:
-        """True when the embedding table is frozen."""
-        return not self.embedding.weight.requires_grad
-
-    @torch.no_grad()
+    # With a frozen table the histograms (never differentiated) are the fixed input; the
+    # gate reads the query ids, so the table still learns through it when trainable.
     def cache_inputs(
         self, q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor
     ) -> tuple[torch.Tensor, ...]:

@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from chunksel.nn.table import WordTableRanker
+
 
 def kernel_mus(n_kernels: int = 11) -> list[float]:
     """Kernel centres: 1.0 (exact match), then evenly from 0.9 down to -0.9."""
@@ -30,7 +32,7 @@ def kernel_mus(n_kernels: int = 11) -> list[float]:
     return [1.0] + [1.0 - step / 2 - i * step for i in range(n_kernels - 1)]
 
 
-class KNRM(nn.Module):
+class KNRM(WordTableRanker):
     """K-NRM over a (trainable or frozen) word-embedding table.
 
     Args:
@@ -52,12 +54,7 @@ class KNRM(nn.Module):
         sigma: float = 0.1,
         exact_sigma: float = 1e-3,
     ) -> None:
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, dim, padding_idx=0)
-        if weights is not None:
-            with torch.no_grad():
-                self.embedding.weight.copy_(weights)
-        self.embedding.weight.requires_grad_(train_embeddings)
+        super().__init__(vocab_size, dim, weights, train_embeddings)
         mus = kernel_mus(n_kernels)
         self.register_buffer("mu", torch.tensor(mus))
         self.register_buffer("sigma", torch.tensor([exact_sigma] + [sigma] * (n_kernels - 1)))
@@ -76,20 +73,8 @@ class KNRM(nn.Module):
         log_tf = torch.log(soft_tf.clamp(min=1e-10)) * 0.01
         return (log_tf * q_mask[..., None].to(k.dtype)).sum(dim=1)
 
-    def forward(
-        self, q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor
-    ) -> torch.Tensor:
-        """(N,) scores ``tanh(w . phi + b)``."""
-        return self.forward_cached(self.kernel_features(q, q_mask, d, d_mask))
-
     # With a frozen table the kernel features do not change during training: the
     # training loop computes them once (``cache_inputs``) and trains ``forward_cached``.
-    @property
-    def cacheable(self) -> bool:
-        """True when nothing before the kernel features is learned."""
-        return not self.embedding.weight.requires_grad
-
-    @torch.no_grad()
     def cache_inputs(
         self, q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor
     ) -> tuple[torch.Tensor, ...]:

@@ -227,7 +227,8 @@ class _Cache:
             lq = q.shape[1]
             qq = q[:, None, :].expand(b, k, lq).reshape(b * k, lq)
             qqm = qm[:, None, :].expand(b, k, lq).reshape(b * k, lq)
-            out = model.cache_inputs(qq, qqm, d.reshape(b * k, ld), dm.reshape(b * k, ld))
+            with torch.no_grad():
+                out = model.cache_inputs(qq, qqm, d.reshape(b * k, ld), dm.reshape(b * k, ld))
             for i, t in enumerate(out):
                 if len(parts) <= i:
                     parts.append([])

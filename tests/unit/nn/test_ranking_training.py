@@ -89,7 +89,17 @@ def test_frozen_embeddings_train_identically_from_cached_inputs(model_name: str)
     assert h1.train_loss[-1] < h1.train_loss[0]  # it learned something
 
 
-def test_trainable_embeddings_are_not_cached() -> None:
+@pytest.mark.parametrize("model_name", ["knrm", "drmm"])
+def test_trainable_embeddings_are_not_cached_and_learn(model_name: str) -> None:
+    from chunksel.nn.drmm import DRMM
     from chunksel.nn.knrm import KNRM
+    from chunksel.training.ranking import RankingTrainConfig, train_ranker
 
-    assert not KNRM(40, 8, torch.randn(40, 8), train_embeddings=True).cacheable
+    torch.manual_seed(0)
+    table = torch.randn(40, 8)
+    model = KNRM(40, 8, table, train_embeddings=True) if model_name == "knrm" else DRMM(
+        40, 8, table, train_embeddings=True, n_bins=6)
+    assert not model.cacheable
+    train_ranker(model, _toy_ranking_data(0), None,
+                 RankingTrainConfig(loss="hinge", lr=1e-2, batch_size=5, max_epochs=2, progress=False))
+    assert not torch.equal(model.embedding.weight.detach(), table)  # gradients reached the table

@@ -169,15 +169,25 @@ def _trim(model: nn.Module) -> bool:
     return not getattr(model, "fixed_lengths", False)
 
 
+def flat_pairs(
+    q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """Each question (B, Lq) repeated for its K candidates (B, K, Ld): four (B*K, .) tensors."""
+    b, k, ld = d.shape
+    lq = q.shape[1]
+    return (
+        q[:, None, :].expand(b, k, lq).reshape(b * k, lq),
+        q_mask[:, None, :].expand(b, k, lq).reshape(b * k, lq),
+        d.reshape(b * k, ld),
+        d_mask.reshape(b * k, ld),
+    )
+
+
 def score_pairs(
     model: nn.Module, q: torch.Tensor, q_mask: torch.Tensor, d: torch.Tensor, d_mask: torch.Tensor
 ) -> torch.Tensor:
     """(B, K) scores: each question (B, Lq) against its K candidates (B, K, Ld)."""
-    b, k, ld = d.shape
-    lq = q.shape[1]
-    qq = q[:, None, :].expand(b, k, lq).reshape(b * k, lq)
-    qm = q_mask[:, None, :].expand(b, k, lq).reshape(b * k, lq)
-    return model(qq, qm, d.reshape(b * k, ld), d_mask.reshape(b * k, ld)).reshape(b, k)
+    return model(*flat_pairs(q, q_mask, d, d_mask)).reshape(d.shape[:2])
 
 
 @torch.no_grad()
@@ -223,12 +233,9 @@ class _Cache:
         for start in range(0, len(data), batch_size):
             rows = np.arange(start, min(start + batch_size, len(data)))
             q, qm, d, dm, _, _ = _tensors(data, rows, device, trim=True, trim_query=False)
-            b, k, ld = d.shape
-            lq = q.shape[1]
-            qq = q[:, None, :].expand(b, k, lq).reshape(b * k, lq)
-            qqm = qm[:, None, :].expand(b, k, lq).reshape(b * k, lq)
+            b, k = d.shape[:2]
             with torch.no_grad():
-                out = model.cache_inputs(qq, qqm, d.reshape(b * k, ld), dm.reshape(b * k, ld))
+                out = model.cache_inputs(*flat_pairs(q, qm, d, dm))
             for i, t in enumerate(out):
                 if len(parts) <= i:
                     parts.append([])

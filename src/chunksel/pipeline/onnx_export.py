@@ -1,0 +1,295 @@
+"""ONNX export of a trained prototype selector, and an ONNX Runtime engine for it.
+
+The exported graph is self-contained: an application with ONNX Runtime alone (no torch,
+no chunksel) feeds the warm-up features and the candidates' embeddings and reads the
+scores.
+
+Inputs (``n`` instances, only the blocks the selector uses):
+    ``h``  (n, d_h) float32: the generator's final-layer last-token hidden state;
+    ``r``  (n, d_r) float32: the routing-weighted expert-response scores;
+    ``e``  (n, K, d_e) float32: the top-K candidates' L2-normalised retriever
+           embeddings in retrieval order, all-zero rows at padded slots.
+Outputs:
+    ``scores``    (n, K) float32: ``cos(y~, e_k)``, ``-inf`` at all-zero (padded) rows;
+    ``prototype`` (n, d_e) float32: the unit evidence prototype ``y~``.
+
+The graph assembles ``x = [h ; r ; vec(E)]``, keeps the feature-budget dims, standardises,
+runs the BatchNorm-folded MLP, L2-normalises and scores (Eqs. 7 and 9). The layout, K, the
+blocks and the models that gave the features are stored in the file's metadata
+(``chunksel.*`` keys).
+
+Two numeric modes:
+
+``"fp32"``
+    the scaler is folded into the first Linear layer (as in
+    :class:`~chunksel.nn.prototype.InferenceMLP`).
+``"int8"``
+    dynamic quantisation: int8 weights, symmetric, one scale per output column; each
+    layer's input is quantised to uint8 *per row* at run time (asymmetric,
+    ``scale = (max(0, max x) - min(0, min x)) / 255``, the ``DynamicQuantizeLinear``
+    rule), multiplied with ``MatMulInteger`` in int32 and rescaled. Per-row ranges make
+    an instance's scores independent of the other instances in its batch; at batch 1 the
+    graph computes what ``onnxruntime.quantization.quantize_dynamic`` (per-channel int8
+    weights) makes of the fp32 graph. The scaler stays in front of the first layer so
+    quantisation sees standardised inputs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunksel.errors import ConfigError, DataError
+
+OPSET = 17
+#: version of the exported graph's input/output contract
+EXPORT_FORMAT = 1
+MODES = ("fp32", "int8")
+_TINY = np.float32(1e-30)
+
+
+def _require_onnx():
+    try:
+        import onnx
+    except ImportError as err:  # pragma: no cover - the [export] extra is part of [all]
+        raise ImportError("ONNX export needs the 'onnx' package: pip install 'chunksel[export]'") from err
+    return onnx
+
+
+class _Graph:
+    """A small ONNX graph builder (unique names, constants as initializers)."""
+
+    def __init__(self) -> None:
+        self.onnx = _require_onnx()
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self._n = 0
+
+    def name(self, stem: str) -> str:
+        self._n += 1
+        return f"{stem}_{self._n}"
+
+    def const(self, value: Any, stem: str = "c", dtype: Any = np.float32) -> str:
+        from onnx import numpy_helper
+
+        name = self.name(stem)
+        self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
+        return name
+
+    def op(self, op_type: str, *inputs: str, stem: str | None = None, **attrs: Any) -> str:
+        out = self.name(stem or op_type.lower())
+        self.nodes.append(self.onnx.helper.make_node(op_type, list(inputs), [out], **attrs))
+        return out
+
+
+def _dense(g: _Graph, x: str, w: np.ndarray, b: np.ndarray) -> str:
+    """fp32 ``x @ w.T + b`` for a torch-layout weight ``w`` (out, in)."""
+    wt = g.const(np.ascontiguousarray(w.T), "W")
+    return g.op("Add", g.op("MatMul", x, wt), g.const(b, "b"))
+
+
+def _dense_int8(g: _Graph, x: str, w: np.ndarray, b: np.ndarray, nonnegative: bool = False) -> str:
+    """Dynamic-int8 ``x @ w.T + b``: per-row uint8 activations, per-column int8 weights.
+
+    ``nonnegative`` (the input is a ReLU output) fixes each row's minimum at 0, so the
+    zero point is 0 and the zero-point correction drops out (the same numbers, fewer nodes).
+    """
+    from onnx import TensorProto
+
+    wt = np.ascontiguousarray(w.T, dtype=np.float32)  # (in, out)
+    w_scale = np.maximum(np.abs(wt).max(axis=0), 1e-12) / 127.0
+    wq = np.clip(np.round(wt / w_scale), -127, 127).astype(np.int8)
+    c255 = g.const(255.0)
+    hi = g.op("ReduceMax", x, axes=[1], keepdims=1)
+    if nonnegative:
+        scale = g.op("Max", g.op("Div", hi, c255), g.const(_TINY))
+        q = g.op("Round", g.op("Div", x, scale))  # in [0, 255] by construction
+        acc = g.op("MatMulInteger", g.op("Cast", q, to=TensorProto.UINT8), g.const(wq, "Wq", np.int8))
+    else:
+        zero = g.const(0.0)
+        lo = g.op("Min", g.op("ReduceMin", x, axes=[1], keepdims=1), zero)
+        hi = g.op("Max", hi, zero)
+        scale = g.op("Max", g.op("Div", g.op("Sub", hi, lo), c255), g.const(_TINY))
+        zp = g.op("Clip", g.op("Round", g.op("Div", g.op("Neg", lo), scale)), zero, c255)
+        q = g.op("Clip", g.op("Add", g.op("Round", g.op("Div", x, scale)), zp), zero, c255)
+        acc = g.op("MatMulInteger", g.op("Cast", q, to=TensorProto.UINT8), g.const(wq, "Wq", np.int8))
+        # subtract the zero point's share: sum_k (q_k - zp) w_kj = acc_j - zp * sum_k w_kj
+        col_sum = wq.astype(np.int32).sum(axis=0, keepdims=True)
+        zp_i = g.op("Cast", zp, to=TensorProto.INT32)
+        acc = g.op("Sub", acc, g.op("Mul", zp_i, g.const(col_sum, "colsum", np.int32)))
+    y = g.op("Mul", g.op("Mul", g.op("Cast", acc, to=TensorProto.FLOAT), scale), g.const(w_scale, "ws"))
+    return g.op("Add", y, g.const(b, "b"))
+
+
+def prototype_graph(selector: Any, quantize: str = "fp32") -> Any:
+    """The ONNX ``ModelProto`` of a fitted :class:`~chunksel.selectors.prototype.PrototypeSelector`."""
+    import torch
+    from onnx import TensorProto, helper
+
+    from chunksel.nn.prototype import InferenceMLP
+
+    if quantize in (None, "", "none"):
+        quantize = "fp32"
+    if quantize not in MODES:
+        raise ConfigError(f"ONNX export supports quantize {' or '.join(MODES)}, got {quantize!r}")
+    selector._check_fitted()
+    lay = selector.layout_
+    keep = np.asarray(selector.feature_mask_, dtype=bool)
+    mean = selector.scaler_.mean_[keep].astype(np.float32)
+    scale = selector.scaler_.scale_[keep].astype(np.float32)
+
+    g = _Graph()
+    inputs, parts = [], []
+    if "hs" in lay.blocks:
+        inputs.append(helper.make_tensor_value_info("h", TensorProto.FLOAT, ["n", lay.d_h]))
+        parts.append("h")
+    if "rw" in lay.blocks:
+        inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, ["n", lay.d_r]))
+        parts.append("r")
+    inputs.append(helper.make_tensor_value_info("e", TensorProto.FLOAT, ["n", lay.k, lay.d_e]))
+    if "chunk" in lay.blocks:
+        parts.append(g.op("Reshape", "e", g.const([-1, lay.k * lay.d_e], "shape", np.int64)))
+    x = parts[0] if len(parts) == 1 else g.op("Concat", *parts, axis=1)
+    if not keep.all():
+        x = g.op("Gather", x, g.const(np.flatnonzero(keep), "kept", np.int64), axis=1)
+
+    if quantize == "fp32":
+        engine = InferenceMLP(selector.model_, torch.from_numpy(mean), torch.from_numpy(scale), "fp32")
+        layers = [(w.numpy(), b.numpy()) for w, b in engine.layers]
+        dense = _dense
+    else:
+        folded = selector.model_.fold_batchnorm().net
+        layers = [
+            (m.weight.detach().numpy(), m.bias.detach().numpy()) for m in folded if isinstance(m, torch.nn.Linear)
+        ]
+        x = g.op("Mul", g.op("Sub", x, g.const(mean, "mean")), g.const(1.0 / scale, "inv_scale"))
+        dense = _dense_int8
+    for i, (w, b) in enumerate(layers):
+        kw = {"nonnegative": i > 0} if quantize == "int8" else {}
+        x = dense(g, x, w.astype(np.float32), b.astype(np.float32), **kw)
+        if i < len(layers) - 1:
+            x = g.op("Relu", x)
+    norm = g.op("Max", g.op("ReduceL2", x, axes=[1], keepdims=1), g.const(1e-12))
+    proto = g.op("Div", x, norm, stem="prototype")
+
+    # Eq. 7 on the candidates: cosine, -inf at all-zero (padded) rows
+    dot = g.op("MatMul", "e", g.op("Unsqueeze", proto, g.const([2], "axes", np.int64)))
+    dot = g.op("Squeeze", dot, g.const([2], "axes", np.int64))
+    e_norm = g.op("ReduceL2", "e", axes=[2], keepdims=0)
+    real = g.op("Greater", e_norm, g.const(0.0))
+    cos = g.op("Div", dot, g.op("Where", real, e_norm, g.const(1.0)))
+    g.nodes.append(helper.make_node("Where", [real, cos, g.const(-np.inf)], ["scores"]))
+    g.nodes.append(helper.make_node("Identity", [proto], ["prototype"]))
+    outputs = [
+        helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n", lay.k]),
+        helper.make_tensor_value_info("prototype", TensorProto.FLOAT, ["n", lay.d_e]),
+    ]
+    graph = helper.make_graph(g.nodes, "chunksel_prototype", inputs, outputs, g.inits)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="chunksel",
+        doc_string="chunksel prototype selector: scores = cos(MLP([h; r; vec(E)]), e_k)",
+    )
+    model.ir_version = 8
+    from chunksel import __version__
+
+    meta = {
+        "format": str(EXPORT_FORMAT),
+        "version": __version__,
+        "quantize": quantize,
+        "layout": json.dumps(lay.to_dict()),
+        "kept_dims": str(int(keep.sum())),
+        "generator_id": selector.generator_id,
+        "encoder_id": selector.encoder_id,
+        "tau": str(selector.tau),
+    }
+    helper.set_model_props(model, {f"chunksel.{k}": v for k, v in meta.items()})
+    g.onnx.checker.check_model(model)
+    return model
+
+
+def export_prototype(selector: Any, path: str | Path, quantize: str = "fp32") -> Path:
+    """Write the selector's ONNX graph to ``path`` (atomically) and return the path."""
+    model = prototype_graph(selector, quantize)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(model.SerializeToString())
+    tmp.replace(path)
+    return path
+
+
+class OnnxPrototype:
+    """Runs an exported prototype graph with ONNX Runtime (CPU).
+
+    Args:
+        model: a path to an exported ``.onnx`` file, its bytes, or a ``ModelProto``.
+        threads: intra-op threads (default: torch's thread count when torch is
+            imported, else 1).
+    """
+
+    def __init__(self, model: str | Path | bytes | Any, threads: int | None = None) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as err:  # pragma: no cover - the [export] extra is part of [all]
+            raise ImportError("the ONNX engine needs onnxruntime: pip install 'chunksel[export]'") from err
+        source = model
+        if isinstance(model, (str, Path)):
+            path = Path(model)
+            if not path.is_file():
+                raise DataError(f"no ONNX model at {path}")
+            model = path.read_bytes()
+        elif not isinstance(model, bytes):
+            model = model.SerializeToString()
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads or _default_threads()
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        try:
+            self.session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        except Exception as err:  # onnxruntime raises its own error types
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise DataError(f"corrupt ONNX model {source if isinstance(source, (str, Path)) else ''}: {first}") from None
+        props = self.session.get_modelmeta().custom_metadata_map
+        if "chunksel.layout" not in props:
+            raise DataError("not a chunksel prototype export: its metadata has no chunksel.layout")
+        if props.get("chunksel.format") != str(EXPORT_FORMAT):
+            raise DataError(
+                f"ONNX export format {props.get('chunksel.format')!r} is not supported (this chunksel reads {EXPORT_FORMAT})"
+            )
+        self.metadata = {k.split(".", 1)[1]: v for k, v in props.items() if k.startswith("chunksel.")}
+        from chunksel.training.budgets import FeatureLayout
+
+        self.layout = FeatureLayout.from_dict(json.loads(self.metadata["layout"]))
+        self.quantize = self.metadata.get("quantize", "fp32")
+        self.input_names = [i.name for i in self.session.get_inputs()]
+
+    def __call__(
+        self, h: np.ndarray | None, r: np.ndarray | None, e: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores (n, K), prototypes (n, d_e))`` for full-K embeddings ``e`` (n, K, d_e)."""
+        lay = self.layout
+        e = np.ascontiguousarray(e, dtype=np.float32)
+        if e.ndim != 3 or e.shape[1:] != (lay.k, lay.d_e):
+            raise DataError(f"candidate embeddings must be (n, {lay.k}, {lay.d_e}), got shape {e.shape}")
+        feeds = {"e": e}
+        for name, arr, dim in (("h", h, lay.d_h), ("r", r, lay.d_r)):
+            if name not in self.input_names:
+                continue
+            if arr is None:
+                raise DataError(f"this model uses the {'hs' if name == 'h' else 'rw'} block: pass {name}")
+            arr = np.ascontiguousarray(arr, dtype=np.float32).reshape(len(e), -1)
+            if arr.shape[1] != dim:
+                raise DataError(f"{name} has {arr.shape[1]} dims, the model expects {dim}")
+            feeds[name] = arr
+        scores, proto = self.session.run(None, feeds)
+        return scores, proto
+
+
+def _default_threads() -> int:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return int(torch.get_num_threads()) if torch is not None else 1

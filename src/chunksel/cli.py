@@ -1,6 +1,6 @@
 """The ``chunksel`` command line.
 
-``chunksel fetch-models | build | features | train | eval | bench | select``. Heavy
+``chunksel fetch-models | build | features | train | eval | bench | select | export``. Heavy
 imports happen inside each command; a :class:`~chunksel.errors.ChunkselError` is printed
 as one ``error: ...`` line (exit status 2), never as a traceback.
 """
@@ -89,6 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk", action="append", default=[], help="a candidate chunk text (repeatable)")
     p.add_argument("--chunks-file", default=None, help="a text file with one chunk per line")
     p.add_argument("--top", type=int, default=1)
+    p.add_argument("--engine", default=None, choices=["torch", "onnxruntime"],
+                   help="inference engine (default: the one saved with the model, torch)")
+    p.add_argument("--quantize", default=None, choices=["fp32", "int8", "int8w"],
+                   help="inference numerics (default: those saved with the model, fp32)")
+
+    p = sub.add_parser("export", help="export a trained prototype selector as a self-contained ONNX graph")
+    _common(p)
+    p.add_argument("--model", required=True, help="a saved prototype selector directory")
+    p.add_argument("--out", required=True, help="the .onnx file to write")
+    p.add_argument("--quantize", default="fp32", choices=["fp32", "int8"],
+                   help="fp32, or int8 (int8 weights, per-row dynamic int8 activations)")
     return parser
 
 
@@ -217,8 +228,23 @@ def _run(args: argparse.Namespace) -> int:
         if args.chunks_file:
             with open(args.chunks_file, encoding="utf-8") as fh:
                 chunks += [line.rstrip("\n") for line in fh if line.strip()]
-        result = ChunkSelector.load(args.model).select(args.question, chunks, k=args.top)
+        result = ChunkSelector.load(args.model, quantize=args.quantize, engine=args.engine).select(
+            args.question, chunks, k=args.top
+        )
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        return 0
+    if args.command == "export":
+        from chunksel.pipeline.onnx_export import OnnxPrototype, export_prototype
+        from chunksel.selectors import load_selector
+
+        sel = load_selector(args.model)
+        if getattr(sel, "name", "") != "prototype":
+            raise ChunkselError(f"{args.model} holds a {getattr(sel, 'name', '?')!r} selector; export needs a prototype selector")
+        path = export_prototype(sel, args.out, quantize=args.quantize)
+        runner = OnnxPrototype(path)  # reads it back: a broken export fails here, not on the device
+        ins = ", ".join(f"{i.name} {i.shape}" for i in runner.session.get_inputs())
+        print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, {args.quantize}); inputs: {ins}; "
+              f"outputs: scores ['n', {runner.layout.k}], prototype ['n', {runner.layout.d_e}]")
         return 0
     raise ChunkselError(f"unknown command {args.command!r}")
 

@@ -84,3 +84,34 @@ def test_bad_inputs(saved_selector):
         cs.select(QUESTION, CHUNKS[:2], chunk_embeddings=np.ones((3, 384)), features={"h": 0, "r": 0})
     with pytest.raises(DataError):
         cs.select(QUESTION, CHUNKS, features={"h": np.ones(7), "r": np.ones(3)})
+
+
+def test_onnxruntime_engine_and_exported_graph_agree_with_torch(saved_selector, tmp_path):
+    """The same real question through the torch engine, the onnxruntime engine and the
+    exported file run by ONNX Runtime alone."""
+    pytest.importorskip("onnxruntime")
+    from chunksel.pipeline.chunk_selector import ChunkSelector
+    from chunksel.pipeline.onnx_export import OnnxPrototype
+
+    path, generator = saved_selector
+    cs = ChunkSelector.load(path)
+    cs._generator = generator
+    ref = cs.select(QUESTION, CHUNKS, k=3)
+    emb = cs.encoder.encode(CHUNKS, progress=False)
+    feats = {"h": ref.warm_up.h, "r": ref.warm_up.r}
+    ort_cs = ChunkSelector.load(path, engine="onnxruntime", encoder=cs.encoder)
+    got = ort_cs.select(QUESTION, CHUNKS, chunk_embeddings=emb, features=feats, k=3)
+    np.testing.assert_allclose(got.all_scores, ref.all_scores, rtol=1e-4, atol=1e-5)
+    assert got.indices == ref.indices
+
+    from chunksel.cli import main
+
+    out = tmp_path / "proto.onnx"
+    assert main(["export", "--model", str(path), "--out", str(out), "--quantize", "int8"]) == 0
+    runner = OnnxPrototype(out)
+    assert runner.quantize == "int8" and runner.metadata["generator_id"] == generator[2]
+    e = np.zeros((1, runner.layout.k, runner.layout.d_e), dtype=np.float32)
+    e[0, :3] = emb
+    scores, _ = runner(ref.warm_up.h[None], ref.warm_up.r[None], e)
+    assert np.isneginf(scores[0, 3:]).all()
+    np.testing.assert_allclose(scores[0, :3], ref.all_scores, atol=0.05)

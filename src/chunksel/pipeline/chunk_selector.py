@@ -65,13 +65,13 @@ class ChunkSelector:
         self._generator: tuple[Any, Any, str] | None = None
 
     @classmethod
-    def load(cls, path: str | Path, quantize: str | None = None, **kwargs: Any) -> ChunkSelector:
-        from chunksel.selectors import load_selector
+    def load(
+        cls, path: str | Path, quantize: str | None = None, engine: str | None = None, **kwargs: Any
+    ) -> ChunkSelector:
+        """Load a saved prototype selector; ``quantize`` / ``engine`` override its inference settings."""
+        from chunksel.selectors.prototype import PrototypeSelector
 
-        selector = load_selector(path)
-        if quantize:
-            selector.quantize = quantize
-        return cls(selector, **kwargs)
+        return cls(PrototypeSelector.load(path, quantize=quantize, engine=engine), **kwargs)
 
     # ------------------------------------------------------------------ parts
     @property

@@ -19,6 +19,11 @@ per-channel weights, per-batch activation ranges) after standard scaling;
 ``quantize="int8w"`` keeps int8 weights (one scale per output row) and computes in
 bfloat16 (``torch._weight_int8pack_mm``), which is faster at batch 1 on CPUs with
 AVX-512 and leaves the activations unquantised.
+
+``engine="onnxruntime"`` runs the same model as the exported ONNX graph
+(:mod:`chunksel.pipeline.onnx_export`) in ONNX Runtime: ``quantize=None`` in fp32,
+``quantize="int8"`` with per-row dynamic int8 activations (an instance's scores do not
+depend on its batch). It is the fastest engine at batch 1.
 """
 
 from __future__ import annotations
@@ -61,12 +66,24 @@ def parse_blocks(blocks: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(b for b in BLOCKS if b in names)
 
 
+ENGINES = ("torch", "onnxruntime")
+
+
 def _quant_mode(q: str | None) -> str:
     if q in (None, "", "none", "fp32"):
         return "fp32"
     if q in ("int8", "int8w"):
         return q
     raise ConfigError(f"quantize must be None, 'fp32', 'int8' or 'int8w', got {q!r}")
+
+
+def _check_engine(engine: str, quantize: str | None) -> str:
+    mode = _quant_mode(quantize)
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "onnxruntime" and mode == "int8w":
+        raise ConfigError("quantize='int8w' is a torch-engine mode; the onnxruntime engine runs fp32 or int8")
+    return mode
 
 
 class PrototypeSelector(Selector):
@@ -83,7 +100,9 @@ class PrototypeSelector(Selector):
         label: label spec for training (default: each instance's ``label_source``).
         device: torch device for training.
         progress: tqdm bars while training.
-        quantize: None (fp32) or "int8" for inference.
+        quantize: inference numerics: None (fp32), "int8" (dynamic int8) or "int8w"
+            (weight-only int8, torch engine only).
+        engine: "torch" (default) or "onnxruntime" (the exported ONNX graph).
         generator_id: id of the generator whose warm-up gave h and r (recorded).
         encoder_id: id of the retriever encoder that gave E (recorded).
     """
@@ -111,6 +130,7 @@ class PrototypeSelector(Selector):
         device: str = "cpu",
         progress: bool = True,
         quantize: str | None = None,
+        engine: str = "torch",
         generator_id: str = "",
         encoder_id: str = "",
     ) -> None:
@@ -131,6 +151,7 @@ class PrototypeSelector(Selector):
         self.device = device
         self.progress = progress
         self.quantize = quantize
+        self.engine = engine
         self.generator_id = generator_id
         self.encoder_id = encoder_id
 
@@ -239,7 +260,7 @@ class PrototypeSelector(Selector):
             raise ConfigError(f"budget must be a percent in (0, 100] or None, got {self.budget}")
         if self.tau <= 0:
             raise ConfigError(f"tau must be > 0, got {self.tau}")
-        _quant_mode(self.quantize)
+        _check_engine(self.engine, self.quantize)
 
     def fit(
         self,
@@ -335,14 +356,23 @@ class PrototypeSelector(Selector):
         return int(self.feature_mask_.sum())
 
     def _inference_model(self):
-        """The inference callable (unscaled kept inputs -> unit prototypes), built once per mode."""
-        mode = _quant_mode(self.quantize)
+        """The inference callable, built once per (engine, mode).
+
+        torch engine: unscaled kept inputs -> unit prototypes. onnxruntime engine: an
+        :class:`~chunksel.pipeline.onnx_export.OnnxPrototype` (h, r, e -> scores, prototypes).
+        """
+        engine = getattr(self, "engine", "torch")
+        mode = _check_engine(engine, self.quantize)
         cached = getattr(self, "_infer", None)
-        if cached is not None and cached[0] == mode:
+        if cached is not None and cached[0] == (engine, mode):
             return cached[1]
         mean = self.scaler_.mean_[self.feature_mask_]
         scale = self.scaler_.scale_[self.feature_mask_]
-        if mode == "int8":
+        if engine == "onnxruntime":
+            from chunksel.pipeline.onnx_export import OnnxPrototype, prototype_graph
+
+            model = OnnxPrototype(prototype_graph(self, mode))
+        elif mode == "int8":
             from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
             folded = quantize_dynamic(
@@ -351,8 +381,20 @@ class PrototypeSelector(Selector):
             model = _Scaled(mean, scale, folded).eval()
         else:
             model = InferenceMLP(self.model_, torch.from_numpy(mean), torch.from_numpy(scale), mode)
-        self._infer = (mode, model)
+        self._infer = ((engine, mode), model)
         return model
+
+    def _split(self, x: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray]:
+        """Full-layout ``x`` (B, D) -> (h, r, E) as the ONNX graph takes them."""
+        lay: FeatureLayout = self.layout_
+        sl = lay.slices()
+        h = x[:, sl["hs"]] if "hs" in sl else None
+        r = x[:, sl["rw"]] if "rw" in sl else None
+        if "chunk" in sl:
+            e = x[:, sl["chunk"]].reshape(len(x), lay.k, lay.d_e)
+        else:
+            e = np.zeros((len(x), lay.k, lay.d_e), dtype=np.float32)
+        return h, r, e
 
     def prototypes(self, x: np.ndarray) -> np.ndarray:
         """(B, d_e) unit prototypes for full-layout unscaled inputs ``x`` (B, D)."""
@@ -362,9 +404,11 @@ class PrototypeSelector(Selector):
             x = x[None]
         if x.shape[1] != self.layout_.dim:
             raise DataError(f"input has {x.shape[1]} dims, the selector's layout has {self.layout_.dim}")
+        model = self._inference_model()
+        if getattr(self, "engine", "torch") == "onnxruntime":
+            return model(*self._split(x))[1]
         if not self.feature_mask_.all():
             x = x[:, self.feature_mask_]
-        model = self._inference_model()
         with torch.inference_mode():
             return model(torch.from_numpy(np.ascontiguousarray(x))).numpy()
 
@@ -409,10 +453,13 @@ class PrototypeSelector(Selector):
         else:
             full_e = np.zeros((b, lay.k, lay.d_e), dtype=np.float32)
             full_e[:, :kk] = e[:, :kk] * m[..., None]
-        y = self.prototypes(lay.assemble(h, r, full_e))
-        cand = full_e[:, :kk]
-        norms = np.sqrt(np.einsum("bkd,bkd->bk", cand, cand))
-        cos = np.einsum("bd,bkd->bk", y, cand) / np.where(norms > 0, norms, 1.0)
+        if getattr(self, "engine", "torch") == "onnxruntime":
+            cos = self._inference_model()(h, r, full_e)[0][:, :kk]
+        else:
+            y = self.prototypes(lay.assemble(h, r, full_e))
+            cand = full_e[:, :kk]
+            norms = np.sqrt(np.einsum("bkd,bkd->bk", cand, cand))
+            cos = np.einsum("bd,bkd->bk", y, cand) / np.where(norms > 0, norms, 1.0)
         cos[~m] = -np.inf
         return cos
 
@@ -497,12 +544,14 @@ class PrototypeSelector(Selector):
         self._infer = None
 
     @classmethod
-    def load(cls, path: str | Path, quantize: str | None = None) -> PrototypeSelector:
-        """Load a saved selector; ``quantize="int8"`` overrides the saved inference mode."""
+    def load(cls, path: str | Path, quantize: str | None = None, engine: str | None = None) -> PrototypeSelector:
+        """Load a saved selector; ``quantize`` / ``engine`` override the saved inference settings."""
         obj = super().load(path)
         if quantize is not None:
-            _quant_mode(quantize)
             obj.quantize = quantize
+        if engine is not None:
+            obj.engine = engine
+        _check_engine(getattr(obj, "engine", "torch"), obj.quantize)
         return obj
 
 

@@ -44,3 +44,28 @@ def test_select_rejects_an_empty_question(capsys, tmp_path, toy_instances):
     sel.save(tmp_path / "m")
     code, _, err = _run(capsys, "select", "--model", str(tmp_path / "m"), "--question", "  ", "--chunk", "x")
     assert code == 2 and "empty question" in err
+
+
+def test_export_writes_a_runnable_onnx_graph(capsys, tmp_path, toy_instances):
+    pytest.importorskip("onnxruntime")
+    import numpy as np
+
+    from chunksel.features.base import InMemoryFeatures
+    from chunksel.pipeline.onnx_export import OnnxPrototype
+    from chunksel.selectors import make_selector
+
+    ids = [i.id for i in toy_instances]
+    feats = InMemoryFeatures(ids, h=np.ones((len(ids), 3)), r=np.ones((len(ids), 2)))
+    sel = make_selector("prototype", blocks="chunk", hidden=8, max_epochs=2, patience=1, progress=False)
+    sel.fit([i for i in toy_instances if i.split == "train"], feats)
+    sel.save(tmp_path / "m")
+    code, out, _ = _run(capsys, "export", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "m.onnx"))
+    assert code == 0 and "inputs: e" in out
+    runner = OnnxPrototype(tmp_path / "m.onnx")
+    e = np.stack([[c.embedding for c in i.candidates[:5]] for i in toy_instances[:2]])
+    np.testing.assert_allclose(runner(None, None, e)[0], sel.score(toy_instances[:2], feats), rtol=1e-4, atol=1e-5)
+    ret = make_selector("retrieval")
+    ret.fit([], None)
+    ret.save(tmp_path / "r")
+    code, _, err = _run(capsys, "export", "--model", str(tmp_path / "r"), "--out", str(tmp_path / "r.onnx"))
+    assert code == 2 and "needs a prototype selector" in err

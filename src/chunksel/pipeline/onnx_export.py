@@ -37,6 +37,7 @@ Two numeric modes:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -221,8 +222,20 @@ def export_prototype(selector: Any, path: str | Path, quantize: str = "fp32") ->
     return path
 
 
+@dataclass(frozen=True)
+class ExportLayout:
+    """The input layout recorded in an export (no torch needed to read it)."""
+
+    d_h: int
+    d_r: int
+    k: int
+    d_e: int
+    blocks: tuple[str, ...]
+
+
 class OnnxPrototype:
-    """Runs an exported prototype graph with ONNX Runtime (CPU).
+    """Runs an exported prototype graph with ONNX Runtime (CPU); needs numpy and
+    onnxruntime only (no torch, no onnx).
 
     Args:
         model: a path to an exported ``.onnx`` file, its bytes, or a ``ModelProto``.
@@ -260,9 +273,13 @@ class OnnxPrototype:
                 f"ONNX export format {props.get('chunksel.format')!r} is not supported (this chunksel reads {EXPORT_FORMAT})"
             )
         self.metadata = {k.split(".", 1)[1]: v for k, v in props.items() if k.startswith("chunksel.")}
-        from chunksel.training.budgets import FeatureLayout
-
-        self.layout = FeatureLayout.from_dict(json.loads(self.metadata["layout"]))
+        try:
+            lay = json.loads(self.metadata["layout"])
+            self.layout = ExportLayout(
+                int(lay["d_h"]), int(lay["d_r"]), int(lay["k"]), int(lay["d_e"]), tuple(lay["blocks"])
+            )
+        except (ValueError, KeyError, TypeError) as err:
+            raise DataError(f"corrupt chunksel.layout metadata in the ONNX model: {err}") from None
         self.quantize = self.metadata.get("quantize", "fp32")
         self.input_names = [i.name for i in self.session.get_inputs()]
 

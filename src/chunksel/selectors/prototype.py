@@ -361,7 +361,7 @@ class PrototypeSelector(Selector):
         torch engine: unscaled kept inputs -> unit prototypes. onnxruntime engine: an
         :class:`~chunksel.pipeline.onnx_export.OnnxPrototype` (h, r, e -> scores, prototypes).
         """
-        engine = getattr(self, "engine", "torch")
+        engine = self.engine
         mode = _check_engine(engine, self.quantize)
         cached = getattr(self, "_infer", None)
         if cached is not None and cached[0] == (engine, mode):
@@ -405,7 +405,7 @@ class PrototypeSelector(Selector):
         if x.shape[1] != self.layout_.dim:
             raise DataError(f"input has {x.shape[1]} dims, the selector's layout has {self.layout_.dim}")
         model = self._inference_model()
-        if getattr(self, "engine", "torch") == "onnxruntime":
+        if self.engine == "onnxruntime":
             return model(*self._split(x))[1]
         if not self.feature_mask_.all():
             x = x[:, self.feature_mask_]
@@ -441,26 +441,30 @@ class PrototypeSelector(Selector):
             raise DataError(f"candidate embeddings must be (B, K, d) or (K, d), got shape {e.shape}")
         b, kk, _ = e.shape
         kk = min(kk, lay.k)
-        m = np.ones((b, kk), dtype=bool) if mask is None else np.asarray(mask, dtype=bool).reshape(b, -1)[:, :kk]
+        m = None if mask is None else np.asarray(mask, dtype=bool).reshape(b, -1)[:, :kk]
+        if m is not None and m.all():
+            m = None  # every candidate is real
         h = None if h is None or "hs" not in lay.blocks else np.asarray(h, dtype=np.float32).reshape(b, -1)
         r = None if r is None or "rw" not in lay.blocks else np.asarray(r, dtype=np.float32).reshape(b, -1)
         for name, arr in (("hs", h), ("rw", r)):
             if name in lay.blocks and arr is None:
                 raise DataError(f"the selector uses the {name!r} block: pass {'h' if name == 'hs' else 'r'}")
         self._check_layout(h, r, e)
-        if e.shape[1] == lay.k and m.all():
+        if e.shape[1] == lay.k and m is None:
             full_e = e
         else:
             full_e = np.zeros((b, lay.k, lay.d_e), dtype=np.float32)
-            full_e[:, :kk] = e[:, :kk] * m[..., None]
-        if getattr(self, "engine", "torch") == "onnxruntime":
+            full_e[:, :kk] = e[:, :kk] if m is None else e[:, :kk] * m[..., None]
+        if self.engine == "onnxruntime":
+            # the graph scores -inf at all-zero (padded) rows itself
             cos = self._inference_model()(h, r, full_e)[0][:, :kk]
         else:
             y = self.prototypes(lay.assemble(h, r, full_e))
             cand = full_e[:, :kk]
             norms = np.sqrt(np.einsum("bkd,bkd->bk", cand, cand))
             cos = np.einsum("bd,bkd->bk", y, cand) / np.where(norms > 0, norms, 1.0)
-        cos[~m] = -np.inf
+        if m is not None:
+            cos[~m] = -np.inf
         return cos
 
     def _score(self, batch: Sequence[Instance], features: QuestionFeatures | None, k: int) -> np.ndarray:
@@ -551,7 +555,7 @@ class PrototypeSelector(Selector):
             obj.quantize = quantize
         if engine is not None:
             obj.engine = engine
-        _check_engine(getattr(obj, "engine", "torch"), obj.quantize)
+        _check_engine(obj.engine, obj.quantize)
         return obj
 
 

@@ -218,3 +218,25 @@ def test_bad_inputs_and_files(fitted, tmp_path):
     path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
     with pytest.raises(DataError, match="corrupt ONNX model"):
         OnnxPrototype(path)
+
+
+def test_runner_needs_neither_torch_nor_onnx(fitted, tmp_path):
+    """An edge application: numpy + onnxruntime + the .onnx file."""
+    import subprocess
+    import sys
+
+    sel, insts, feats = fitted
+    path = export_prototype(sel, tmp_path / "m.onnx", quantize="int8")
+    h, r, e, m = arrays(insts[:2], feats)
+    np.savez(tmp_path / "in.npz", h=h, r=r, e=e)
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['onnx'] = None\n"
+        "import numpy as np\n"
+        "from chunksel.pipeline.onnx_export import OnnxPrototype\n"
+        f"d = np.load({str(tmp_path / 'in.npz')!r})\n"
+        f"run = OnnxPrototype({str(path)!r}, threads=1)\n"
+        "np.save(sys.argv[1], run(d['h'], d['r'], d['e'])[0])\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "out.npy")], check=True)
+    got = np.load(tmp_path / "out.npy")
+    np.testing.assert_allclose(got, OnnxPrototype(path)(h, r, e)[0], rtol=0, atol=1e-6)

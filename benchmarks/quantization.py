@@ -10,11 +10,16 @@ features:
 - ``pooled``: one model trained on the union of the six training splits (the bench's
   pooled setting), which has larger score margins.
 
-For each model and each ``quantize`` mode (``int8`` dynamic, ``int8w`` weight-only) it
+For each model and each int8 variant (torch ``quantize="int8"`` dynamic, ``"int8w"``
+weight-only; ONNX Runtime ``engine="onnxruntime", quantize="int8"``, per-row dynamic) it
 reports answerable rank-1 per dataset and overall, the change from fp32 in points, the
 share of instances whose pick is unchanged, and a paired bootstrap 95% interval plus an
 exact McNemar p-value for the difference (:func:`chunksel.eval.report.significance_entry`). Writes
 ``benchmarks/results/quantization.json``.
+
+Every variant scores one instance per call (batch 1), as a deployed selector does: torch's
+dynamic int8 takes its activation range from the whole batch, so batched scores would
+depend on which instances share the batch.
 
 Usage: ``python benchmarks/quantization.py [--profile full] [--threads 2]``
 (needs the profile's instances and generator features, as ``chunksel bench`` builds them).
@@ -41,12 +46,22 @@ from chunksel.selectors.prototype import PrototypeSelector
 from chunksel.types import candidate_mask, label_matrix
 
 RESULTS = Path(__file__).resolve().parent / "results" / "quantization.json"
-MODES = ("int8", "int8w") if hasattr(torch, "_weight_int8pack_mm") else ("int8",)
+#: variant -> (engine, quantize)
+VARIANTS: dict[str, tuple[str, str | None]] = {"fp32": ("torch", None), "int8": ("torch", "int8")}
+if hasattr(torch, "_weight_int8pack_mm"):
+    VARIANTS["int8w"] = ("torch", "int8w")
+try:
+    import onnxruntime  # noqa: F401
+
+    VARIANTS["ort-int8"] = ("onnxruntime", "int8")
+except ImportError:  # pragma: no cover
+    pass
+MODES = tuple(m for m in VARIANTS if m != "fp32")
 
 
 def hits_and_picks(sel: PrototypeSelector, test, features) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-instance rank-1 hits, the answerable mask and the picked column."""
-    scores = sel.score(test, features)
+    """Per-instance rank-1 hits, the answerable mask and the picked column (batch 1)."""
+    scores = np.concatenate([sel.score([inst], features) for inst in test])
     k = scores.shape[1]
     labels, mask = label_matrix(test, k=k), candidate_mask(test, k=k)
     hits = per_instance_hits(scores, labels, mask)
@@ -63,7 +78,7 @@ def compare(models: dict[str, PrototypeSelector], tests: dict, features) -> dict
         res: dict = {}
         base = None
         for mode in ("fp32", *MODES):
-            sel.quantize = None if mode == "fp32" else mode
+            sel.engine, sel.quantize = VARIANTS[mode]
             hits, ans, picks = hits_and_picks(sel, test, features)
             if base is None:
                 base = (hits, ans, picks)
@@ -74,7 +89,7 @@ def compare(models: dict[str, PrototypeSelector], tests: dict, features) -> dict
                 pooled_same[mode].append(same)
                 res[mode]["drop_points"] = res["fp32"]["rank1"] - res[mode]["rank1"]
                 res[mode]["same_pick"] = float(same.mean())
-        sel.quantize = None
+        sel.engine, sel.quantize = "torch", None
         out["per_dataset"][ds] = res
     fp = np.concatenate(pooled_hits["fp32"])
     out["all"]["fp32"] = {"rank1": 100.0 * float(fp.mean()), "n": int(fp.size)}
@@ -126,13 +141,15 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "torch": torch.__version__, "threads": args.threads},
+                    "torch": torch.__version__, "threads": args.threads,
+                    "onnxruntime": getattr(sys.modules.get("onnxruntime"), "__version__", None)},
         "profile": args.profile,
         "target_drop_points": 0.3,
         "notes": [
-            "rank-1 over answerable test instances; drop = fp32 - int8 in points; same_pick = share of "
-            "answerable instances whose chosen candidate is unchanged; diff_ci95_points = paired bootstrap "
-            "interval of (int8 - fp32)",
+            "rank-1 over answerable test instances, every variant scoring one instance per call; "
+            "drop = fp32 - variant in points; same_pick = share of answerable instances whose chosen "
+            "candidate is unchanged; diff_ci95_points = paired bootstrap interval of (variant - fp32)",
+            "variants: " + ", ".join(f"{m} = engine {e}, quantize {q}" for m, (e, q) in VARIANTS.items()),
         ],
         "per_dataset_models": compare(per_dataset, tests, features),
         "pooled_model": compare({ds: pool for ds in DATASETS}, tests, features),

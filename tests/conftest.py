@@ -22,6 +22,21 @@ def data_root() -> Path:
     return root
 
 
+#: prototype-selector settings small enough for unit tests (a 2 x 32 MLP, a few epochs)
+TINY_PROTOTYPE = dict(hidden=32, depth=2, batch_size=16, max_epochs=6, patience=3, lr=3e-3, progress=False)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models train faster on one torch thread on a shared machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test writes its cache under a temporary folder unless it sets its own."""

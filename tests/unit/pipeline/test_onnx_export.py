@@ -11,21 +11,16 @@ import torch
 pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
+from tests.conftest import TINY_PROTOTYPE  # noqa: E402
+
 from chunksel.errors import ConfigError, DataError  # noqa: E402
 from chunksel.features.base import InMemoryFeatures  # noqa: E402
 from chunksel.pipeline.onnx_export import OnnxPrototype, export_prototype, prototype_graph  # noqa: E402
 from chunksel.selectors.prototype import PrototypeSelector  # noqa: E402
 
-TINY = dict(hidden=32, depth=2, batch_size=16, max_epochs=6, patience=3, lr=3e-3, progress=False)
+TINY = TINY_PROTOTYPE
 D_H, D_R = 6, 10
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def feats_for(instances, seed=0):

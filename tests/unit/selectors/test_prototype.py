@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-import torch
+from tests.conftest import TINY_PROTOTYPE
 
 from chunksel.errors import ConfigError, DataError, NotFittedError
 from chunksel.features.base import InMemoryFeatures
@@ -13,16 +13,9 @@ from chunksel.selectors import REGISTRY, available, load_selector, make_selector
 from chunksel.selectors.prototype import PrototypeSelector, parse_blocks, rank1_accuracy
 from chunksel.types import Candidate, Instance, Question
 
-TINY = dict(hidden=32, depth=2, batch_size=16, max_epochs=6, patience=3, lr=3e-3, progress=False)
+TINY = TINY_PROTOTYPE
 D_H, D_R = 6, 10
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def feats_for(instances, d_h=D_H, d_r=D_R, seed=0):

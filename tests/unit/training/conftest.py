@@ -2,19 +2,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from chunksel.features.base import InMemoryFeatures
 from chunksel.types import Candidate, Instance, Question
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models train faster on one thread on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(before)
 
 
 def make_planted(n: int = 1000, k: int = 5, d_h: int = 8, d_r: int = 16, d_e: int = 16,

@@ -282,6 +282,8 @@ class OnnxPrototype:
             raise DataError(f"corrupt chunksel.layout metadata in the ONNX model: {err}") from None
         self.quantize = self.metadata.get("quantize", "fp32")
         self.input_names = [i.name for i in self.session.get_inputs()]
+        self._uses_h, self._uses_r = "h" in self.input_names, "r" in self.input_names
+        self._scores_only = ["scores"]
 
     def __call__(
         self, h: np.ndarray | None, r: np.ndarray | None, e: np.ndarray
@@ -303,6 +305,16 @@ class OnnxPrototype:
             feeds[name] = arr
         scores, proto = self.session.run(None, feeds)
         return scores, proto
+
+    def scores(self, h: np.ndarray | None, r: np.ndarray | None, e: np.ndarray) -> np.ndarray:
+        """``scores`` only, for inputs already checked: float32, C-contiguous, 2-D ``h``/``r``
+        and (n, K, d_e) ``e`` (the selector's fast path; no conversions)."""
+        feeds = {"e": e}
+        if self._uses_h:
+            feeds["h"] = h
+        if self._uses_r:
+            feeds["r"] = r
+        return self.session.run(self._scores_only, feeds)[0]
 
 
 def _default_threads() -> int:

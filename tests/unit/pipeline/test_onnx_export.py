@@ -185,6 +185,12 @@ def test_selector_onnxruntime_engine(fitted, tmp_path):
     h, r, e, m = arrays(insts[:2], feats)
     m[:, 1] = False
     np.testing.assert_array_equal(np.isneginf(on.score_arrays(h, r, e, m)), ~m)
+    # fewer than K candidates, no mask: scores for those only, as the torch path gives
+    few = on.score_arrays(h, r, e[:, :3])
+    assert few.shape == (2, 3)
+    np.testing.assert_allclose(few, sel.score_arrays(h, r, e[:, :3]), rtol=1e-4, atol=1e-5)
+    # one instance as 1-D/2-D arrays
+    np.testing.assert_allclose(on.score_arrays(h[0], r[0], e[0]), sel.score_arrays(h[0], r[0], e[0]), atol=1e-5)
     with pytest.raises(ConfigError, match="torch-engine"):
         PrototypeSelector.load(tmp_path / "m", quantize="int8w", engine="onnxruntime")
     with pytest.raises(ConfigError, match="engine must be"):

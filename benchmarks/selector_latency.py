@@ -18,8 +18,8 @@ variables) on the CPU. For each selector in :func:`chunksel.selectors.available`
   ``rank1_contested`` over those with a positive and a negative).
 
 For the prototype selector also: ``interleaved``, every inference variant's batch-1
-latency measured call by call in turns (the figures to compare: they share the
-machine's drift), the raw-array path (``score_arrays``, what a pipeline calls) at batch
+latency measured call by call in turns (they share the machine's drift, and find their
+weights evicted by the other variants', as between the generator's calls in a pipeline), the raw-array path (``score_arrays``, what a pipeline calls) at batch
 1 and 256, for the ONNX Runtime variants the exported graph alone
 (``graph``: ``session.run`` on prepared inputs, what an application embedding the
 ``.onnx`` file pays), the int8 variants (``quantize="int8"``, dynamic; ``"int8w"``,
@@ -238,7 +238,10 @@ def measure_interleaved(full: PrototypeSelector, test: list[Instance], features,
 
     On a shared machine the per-call time drifts by 10-20% over minutes; measured one
     after the other, variants see different drift. Interleaved (call i runs every variant
-    once, in an order that rotates), they share it, so their p50s and ratios compare.
+    once, in an order that rotates), they share it, so their ratios compare. Each call
+    also finds its weights evicted by the other variants' (about 100 MB in all), as in a
+    pipeline where the generator runs between two selector calls: these p50s are higher
+    than the warm, one-variant-at-a-time figures (``batch1``, ``arrays``, ``graph``).
     Variants: the ``score_arrays`` path of each (engine, quantize) in :data:`VARIANTS`
     and, for the onnxruntime ones, the exported graph alone (``<variant> graph``).
     """

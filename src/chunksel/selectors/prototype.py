@@ -368,7 +368,7 @@ class PrototypeSelector(Selector):
             return cached[1]
         mean = self.scaler_.mean_[self.feature_mask_]
         scale = self.scaler_.scale_[self.feature_mask_]
-        if engine == "onnxruntime":
+        if engine == "onnxruntime":  # the graph carries the scaler and the mask itself
             from chunksel.pipeline.onnx_export import OnnxPrototype, prototype_graph
 
             model = OnnxPrototype(prototype_graph(self, mode))

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from chunksel.config import json_default
 from chunksel.errors import ConfigError
 
 #: Table 1's dataset order: the paper's three first
@@ -216,17 +217,11 @@ class _Memo:
         if self.enabled:
             self.dir.mkdir(parents=True, exist_ok=True)
             tmp = self.dir / f"{key}.json.tmp"
-            tmp.write_text(json.dumps(value, default=_jsonable))
+            tmp.write_text(json.dumps(value, default=json_default))
             tmp.replace(self.dir / f"{key}.json")
         return value
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
 def _settings_of(name: str, seed: int, prof: Profile, **extra: Any) -> dict[str, Any]:

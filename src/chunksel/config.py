@@ -20,6 +20,8 @@ import os
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from chunksel.errors import DataError
 
 T = TypeVar("T")
@@ -97,3 +99,16 @@ def set_threads(n: int | None) -> None:
         faiss.omp_set_num_threads(n)
     except ImportError:  # pragma: no cover
         pass
+
+
+def json_default(obj: Any) -> Any:
+    """``json.dumps(default=...)`` for numpy scalars and arrays, paths and tuples."""
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, tuple):
+        return list(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

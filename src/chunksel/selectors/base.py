@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
+from chunksel.config import json_default
 from chunksel.errors import ConfigError, DataError, MissingExtraError, NotFittedError
 from chunksel.types import Instance, Selection, candidate_mask
 
@@ -148,7 +149,7 @@ class Selector(ABC):
             "params": self.get_params(),
             "state": self._state_config(),
         }
-        (path / "config.json").write_text(json.dumps(config, indent=2, default=_json_default))
+        (path / "config.json").write_text(json.dumps(config, indent=2, default=json_default))
         self._save_state(path)
 
     @classmethod
@@ -212,18 +213,6 @@ def read_config(path: str | Path) -> dict[str, Any]:
             f"{cfg_path}: format version {version!r} is not supported (this chunksel reads {FORMAT_VERSION})"
         )
     return config
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, tuple):
-        return list(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
 # ------------------------------------------------------------------- registry

@@ -160,8 +160,17 @@ def test_int8_scores_do_not_depend_on_the_batch(fitted):
     runner = OnnxPrototype(prototype_graph(sel, "int8"))
     h, r, e, m = arrays(insts, feats)
     batch = runner(h, r, e)[0]
+    # one row runs the DynamicQuantizeLinear branch, a batch the per-row branch: same numbers
     one_by_one = np.concatenate([runner(h[b:b + 1], r[b:b + 1], e[b:b + 1])[0] for b in range(len(insts))])
-    np.testing.assert_allclose(batch, one_by_one, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(batch, one_by_one)
+    pairs = np.concatenate([runner(h[b:b + 2], r[b:b + 2], e[b:b + 2])[0] for b in range(0, len(insts) - 1, 2)])
+    np.testing.assert_array_equal(batch[: len(pairs)], pairs)
+    graph = prototype_graph(sel, "int8").graph
+    branch = next(n for n in graph.node if n.op_type == "If")
+    ops = {a.name: {n.op_type for n in a.g.node} for a in branch.attribute}
+    assert "DynamicQuantizeLinear" in ops["then_branch"] and "DynamicQuantizeLinear" not in ops["else_branch"]
+    n_linear = sum(isinstance(mod, torch.nn.Linear) for mod in sel.model_.modules())
+    assert sum(t.data_type == 3 for t in graph.initializer) == n_linear  # one copy of the int8 weights
     fp = OnnxPrototype(prototype_graph(sel, "fp32"))(h, r, e)[0]
     assert np.abs(batch[m] - fp[m]).max() < 0.05
 

@@ -88,8 +88,8 @@ class _Graph:
         self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
         return name
 
-    def op(self, op_type: str, *inputs: str, stem: str | None = None, **attrs: Any) -> str:
-        out = self.name(stem or op_type.lower())
+    def op(self, op_type: str, *inputs: str, stem: str | None = None, out: str | None = None, **attrs: Any) -> str:
+        out = out or self.name(stem or op_type.lower())
         self.nodes.append(self.onnx.helper.make_node(op_type, list(inputs), [out], **attrs))
         return out
 
@@ -239,7 +239,7 @@ def prototype_graph(selector: Any, quantize: str = "fp32") -> Any:
         x = g.op("Mul", g.op("Sub", x, g.const(mean, "mean")), g.const(1.0 / scale, "inv_scale"))
         x = _mlp_int8(g, x, layers)
     norm = g.op("Max", g.op("ReduceL2", x, axes=[1], keepdims=1), g.const(1e-12))
-    proto = g.op("Div", x, norm, stem="prototype")
+    proto = g.op("Div", x, norm, out="prototype")
 
     # Eq. 7 on the candidates: cosine, -inf at all-zero (padded) rows
     dot = g.op("MatMul", "e", g.op("Unsqueeze", proto, g.const([2], "axes", np.int64)))
@@ -248,7 +248,6 @@ def prototype_graph(selector: Any, quantize: str = "fp32") -> Any:
     real = g.op("Greater", e_norm, g.const(0.0))
     cos = g.op("Div", dot, e_norm)  # 0/0 at padded rows, replaced next
     g.nodes.append(helper.make_node("Where", [real, cos, g.const(-np.inf)], ["scores"]))
-    g.nodes.append(helper.make_node("Identity", [proto], ["prototype"]))
     outputs = [
         helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n", lay.k]),
         helper.make_tensor_value_info("prototype", TensorProto.FLOAT, ["n", lay.d_e]),

@@ -194,6 +194,11 @@ def test_selector_onnxruntime_engine(fitted, tmp_path):
     h, r, e, m = arrays(insts[:2], feats)
     m[:, 1] = False
     np.testing.assert_array_equal(np.isneginf(on.score_arrays(h, r, e, m)), ~m)
+    np.testing.assert_array_equal(np.isneginf(sel.score_arrays(h, r, e, m)), ~m)
+    # a 0/1 list mask of one instance; an all-true mask is no mask
+    one = on.score_arrays(h[0], r[0], e[0], [1, 0, 1, 1, 1])
+    assert one.shape == (1, 5) and np.isneginf(one).tolist() == [[False, True, False, False, False]]
+    np.testing.assert_array_equal(on.score_arrays(h, r, e, np.ones((2, 5), bool)), on.score_arrays(h, r, e))
     # fewer than K candidates, no mask: scores for those only, as the torch path gives
     few = on.score_arrays(h, r, e[:, :3])
     assert few.shape == (2, 3)

@@ -81,6 +81,13 @@ def file_checksum(path: str | os.PathLike, length: int = 16) -> str:
     return h.hexdigest()[:length]
 
 
+def show_progress(flag: Any = True) -> bool:
+    """Whether a progress bar shows: ``flag``, unless ``TQDM_DISABLE`` is set (what
+    ``chunksel --quiet`` sets), which silences every bar, including those whose caller
+    asked for one."""
+    return bool(flag) and os.environ.get("TQDM_DISABLE", "").strip().lower() in ("", "0", "false", "no")
+
+
 def set_threads(n: int | None) -> None:
     """Limit BLAS/OpenMP/torch threads for this process (``--threads``)."""
     if not n:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from chunksel.config import data_root, file_checksum
+from chunksel.config import data_root, file_checksum, show_progress
 from chunksel.errors import ConfigError, DataError
 
 CORPORA = {
@@ -123,7 +123,7 @@ class Corpus:
         texts: list[str] = []
         titles: list[str] = []
         sources: list[str] = []
-        for p in tqdm(iter_passages(path), desc=f"reading {name}", unit=" psg", disable=not progress, mininterval=1.0):
+        for p in tqdm(iter_passages(path), desc=f"reading {name}", unit=" psg", disable=not show_progress(progress), mininterval=1.0):
             ids.append(p.id)
             texts.append(p.text)
             titles.append(p.title)

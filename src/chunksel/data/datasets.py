@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chunksel.config import data_root
+from chunksel.config import data_root, show_progress
 from chunksel.data.loaders import dpr_topics, hotpotqa, msmarco, popqa, squad2, wikiqa
 from chunksel.data.loaders.common import Record
 from chunksel.data.splits import split_of
@@ -144,7 +144,7 @@ def _read_sources(
         list(spec.sources.items()),
         desc=f"reading {spec.name}",
         unit=" source",
-        disable=not progress,
+        disable=not show_progress(progress),
         leave=False,
     ):
         if spec.name == "squad2":

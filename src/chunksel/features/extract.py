@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from chunksel.config import show_progress
 from chunksel.errors import ConfigError, DataError
 from chunksel.features.adapters import ExpertAdapter, make_adapter
 from chunksel.llm.prompts import MAX_PROMPT_TOKENS, question_prompt_ids
@@ -152,7 +153,7 @@ def extract_features(
         extra["logits_to_keep"] = 1
     pad_id = _pad_id(tokenizer)
     starts = range(0, len(order), batch_size)
-    bar = tqdm(starts, desc="generator features", unit="batch", disable=not progress)
+    bar = tqdm(starts, desc="generator features", unit="batch", disable=not show_progress(progress))
     with torch.inference_mode():
         for start in bar:
             rows = order[start:start + batch_size]

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from chunksel.config import cache_root
+from chunksel.config import cache_root, show_progress
 from chunksel.errors import DataError
 from chunksel.types import Question
 
@@ -209,7 +209,7 @@ class FeatureStore:
         if not todo:
             return 0
         adapter = adapter or make_adapter(model)
-        bar = tqdm(total=len(todo), desc="generator features", unit="q", disable=not progress)
+        bar = tqdm(total=len(todo), desc="generator features", unit="q", disable=not show_progress(progress))
         for start in range(0, len(todo), shard_size):
             group = todo[start:start + shard_size]
             feats = extract_features(

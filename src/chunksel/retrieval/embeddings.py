@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chunksel.config import cache_root, data_root, file_checksum
+from chunksel.config import cache_root, data_root, file_checksum, show_progress
 from chunksel.data.corpus import PRECOMPUTED, Corpus
 from chunksel.errors import DataError
 from chunksel.retrieval.encoder import Encoder
@@ -234,7 +234,7 @@ def _encode_sharded(
         total=sum(min(len(corpus), (s + 1) * shard_rows) - s * shard_rows for s in todo),
         desc=f"encoding {corpus.name}",
         unit=" psg",
-        disable=not progress or not todo,
+        disable=not show_progress(progress) or not todo,
     )
     with bar:
         for s in todo:

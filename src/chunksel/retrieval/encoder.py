@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from chunksel.config import show_progress
 from chunksel.errors import ConfigError, DataError, require
 from chunksel.types import Question
 
@@ -161,7 +162,7 @@ class Encoder:
         emb = self.model.encode(
             texts,
             batch_size=batch_size or self.batch_size,
-            show_progress_bar=progress,
+            show_progress_bar=show_progress(progress),
             convert_to_numpy=True,
             normalize_embeddings=True,
         )

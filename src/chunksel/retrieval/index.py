@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from chunksel.config import cache_root, config_hash
+from chunksel.config import cache_root, config_hash, show_progress
 from chunksel.errors import ConfigError, DataError, require
 
 log = logging.getLogger(__name__)
@@ -263,7 +263,7 @@ def _add(index: Any, emb: np.ndarray, progress: bool, block: int = 65536) -> Non
     from tqdm.auto import tqdm
 
     show = progress and emb.shape[0] > block
-    with tqdm(total=emb.shape[0], desc="indexing", unit=" vec", disable=not show) as bar:
+    with tqdm(total=emb.shape[0], desc="indexing", unit=" vec", disable=not show_progress(show)) as bar:
         for i in range(0, emb.shape[0], block):
             index.add(emb[i : i + block])
             bar.update(min(block, emb.shape[0] - i))

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from chunksel.config import show_progress
 from chunksel.data.corpus import Corpus
 from chunksel.errors import ConfigError, DataError
 from chunksel.retrieval.embeddings import corpus_embeddings, corpus_key
@@ -138,7 +139,7 @@ class Retriever:
             fetch = min(len(self.corpus), max(k, self.rerank))
         starts = range(0, query_emb.shape[0], batch_size)
         for i in tqdm(
-            starts, desc="searching", unit=" batch", disable=not progress or len(starts) < 4
+            starts, desc="searching", unit=" batch", disable=not show_progress(progress) or len(starts) < 4
         ):
             q = query_emb[i : i + batch_size]
             s, r = self.index.search(q, fetch)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chunksel.config import cache_root, file_checksum
+from chunksel.config import cache_root, file_checksum, show_progress
 from chunksel.errors import ConfigError, DataError, require
 from chunksel.selectors.base import QuestionFeatures, Selector
 from chunksel.types import Instance
@@ -173,7 +173,7 @@ def corpus_stats(corpus: str | Path, progress: bool = True) -> BM25Stats:
         texts = [
             passage_text(p.title, p.text)
             for p in tqdm(iter_passages(path), desc=f"bm25: reading {path.name}", unit=" psg",
-                          disable=not progress, mininterval=1.0)
+                          disable=not show_progress(progress), mininterval=1.0)
         ]
         if not texts:
             raise DataError(f"corpus {path} has no passages")

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from chunksel.config import show_progress
 from chunksel.selectors.bm25 import BM25Stats, corpus_stats, passage_text, resolve_corpus, tokenize
 from chunksel.types import Instance
 
@@ -127,7 +128,7 @@ def letor_features(
     k = max((len(i.candidates) for i in batch), default=0)
     feats = np.zeros((len(batch), k, len(FEATURE_NAMES)))
     mask = np.zeros((len(batch), k), dtype=bool)
-    for i, inst in enumerate(tqdm(batch, desc="letor features", disable=not progress, mininterval=1.0)):
+    for i, inst in enumerate(tqdm(batch, desc="letor features", disable=not show_progress(progress), mininterval=1.0)):
         stats = corpus_stats(resolve_corpus(corpus, inst), progress=progress)
         n = len(inst.candidates)
         feats[i, :n] = instance_features(inst, stats, k1, b)

@@ -33,6 +33,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from chunksel.config import show_progress
+
 
 @dataclass
 class RankingData:
@@ -290,7 +292,7 @@ def train_ranker(
     best, best_state, bad = math.inf, None, 0
     from tqdm.auto import tqdm
 
-    bar = tqdm(range(cfg.max_epochs), desc=f"train {type(model).__name__}", disable=not cfg.progress)
+    bar = tqdm(range(cfg.max_epochs), desc=f"train {type(model).__name__}", disable=not show_progress(cfg.progress))
     for epoch in bar:
         model.train()
         order = gen.permutation(len(train))

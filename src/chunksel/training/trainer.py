@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from chunksel.config import show_progress
 from chunksel.errors import DataError
 from chunksel.nn.prototype import PrototypeMLP, cosine_scores
 from chunksel.training.losses import multi_positive_contrastive
@@ -233,7 +234,7 @@ def train_prototype(
         opt, max_lr=cfg.lr, total_steps=steps * cfg.max_epochs, anneal_strategy="cos"
     )
     best_state, best_loss, bad = copy.deepcopy(model.state_dict()), math.inf, 0
-    bar = tqdm(range(cfg.max_epochs), desc="prototype", unit="epoch", disable=not cfg.progress, leave=False)
+    bar = tqdm(range(cfg.max_epochs), desc="prototype", unit="epoch", disable=not show_progress(cfg.progress), leave=False)
     for epoch in bar:
         model.train()
         tot, cnt = 0.0, 0

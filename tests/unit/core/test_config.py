@@ -35,3 +35,26 @@ def test_data_root_errors(monkeypatch, tmp_path):
 def test_cache_root_from_env(monkeypatch, tmp_path):
     monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path / "c"))
     assert cache_root() == tmp_path / "c" and (tmp_path / "c").is_dir()
+
+
+def test_quiet_silences_bars_that_callers_asked_for(monkeypatch, toy_instances, capsys):
+    """chunksel --quiet sets TQDM_DISABLE; a selector's own progress=True must not win."""
+    import numpy as np
+
+    from chunksel.config import show_progress
+    from chunksel.features.base import InMemoryFeatures
+    from chunksel.selectors.prototype import PrototypeSelector
+    from tests.conftest import TINY_PROTOTYPE
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    assert show_progress(True) and not show_progress(False)
+    rng = np.random.default_rng(0)
+    feats = InMemoryFeatures([i.id for i in toy_instances], h=rng.normal(size=(len(toy_instances), 4)),
+                             r=rng.normal(size=(len(toy_instances), 3)))
+    settings = {**TINY_PROTOTYPE, "progress": True, "max_epochs": 2}
+    PrototypeSelector(**settings).fit(toy_instances, feats)
+    assert "prototype" in capsys.readouterr().err  # the bar shows when asked for
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    assert not show_progress(True)
+    PrototypeSelector(**settings).fit(toy_instances, feats)
+    assert "prototype" not in capsys.readouterr().err

@@ -105,10 +105,62 @@ def prototype_with_real_shapes(seed: int = 0):
     return sel
 
 
+def time_saved_model(args: argparse.Namespace, rng: np.random.Generator) -> dict:
+    """A saved selector's int8 graph at batch 1, in this fresh process: on its real test
+    instances when given (cycled), else on random inputs of its shapes."""
+    from chunksel.selectors.prototype import PrototypeSelector
+
+    sel = PrototypeSelector.load(args.model, quantize="int8", engine="onnxruntime")
+    runner = sel._inference_model()
+    lay = sel.layout_
+    if args.instances:
+        from chunksel.data.instances import load_instances
+
+        test = load_instances(args.instances, "test")
+        e, m = sel._embeddings(test, lay.d_e)
+        e = np.ascontiguousarray(e * m[..., None], dtype=np.float32)
+        if runner.input_names != ["e"]:
+            if not args.features:
+                raise SystemExit("this model uses h/r: pass --features")
+            from chunksel.features.store import FeatureStore
+
+            got = FeatureStore(args.features).lookup([t.id for t in test])
+        else:
+            got = {}
+        inputs = "real test instances"
+    else:
+        n = 256
+        e = rng.normal(size=(n, lay.k, lay.d_e)).astype(np.float32)
+        e /= np.linalg.norm(e, axis=2, keepdims=True)
+        got = {"h": rng.normal(size=(n, lay.d_h)).astype(np.float32), "r": rng.random((n, lay.d_r), dtype=np.float32)}
+        inputs = "random inputs"
+    feeds = []
+    for i in range(len(e)):
+        f = {"e": e[i : i + 1]}
+        for name in runner.input_names[:-1]:
+            f[name] = np.ascontiguousarray(got[name][i : i + 1], dtype=np.float32)
+        feeds.append(f)
+    def cycling(fn):  # each call takes the next instance's inputs
+        count = iter(range(10**9))
+        return lambda: fn(feeds[next(count) % len(feeds)])
+
+    graph = cycling(lambda f: runner.session.run(["scores"], f))
+    arrays = cycling(lambda f: sel.score_arrays(f.get("h"), f.get("r"), f["e"]))
+
+    return {
+        "path": str(args.model), "inputs": inputs, "n_inputs": len(feeds),
+        "session_run_p50_us": round(p50_us(graph, args.calls, warmup=min(50, args.calls)), 1),
+        "score_arrays_p50_us": round(p50_us(arrays, args.calls, warmup=min(50, args.calls)), 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "int8_kernels.json"))
+    ap.add_argument("--model", help="also time this saved prototype selector's int8 graph (chunksel train --out DIR)")
+    ap.add_argument("--instances", help="with --model: its test instances (load_instances folder) as inputs")
+    ap.add_argument("--features", help="with --instances: the FeatureStore folder with their h and r")
     args = ap.parse_args(argv)
 
     import onnxruntime as ort
@@ -164,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         "onnxprototype_scores_p50_us": round(p50_us(lambda: runner.scores(h, r, e), args.calls), 1),
     }
 
+    if args.model:
+        out["model"] = time_saved_model(args, rng)
+
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"{'what':<34}{'p50 us':>10}{'GB/s':>8}")
@@ -173,7 +228,10 @@ def main(argv: list[str] | None = None) -> int:
         name = f"MatMulInteger {m['shape']} {m['regime']}"
         print(f"{name:<34}{m['p50_us']:>10.1f}{m['gb_per_s']:>8.1f}")
     for key in ("session_run_p50_us", "onnxprototype_scores_p50_us"):
-        print(f"{'int8 graph: ' + key[:-8]:<34}{out['graph'][key]:>10.1f}")
+        print(f"{'int8 graph: ' + key.removesuffix('_p50_us'):<34}{out['graph'][key]:>10.1f}")
+    if "model" in out:
+        for key in ("session_run_p50_us", "score_arrays_p50_us"):
+            print(f"{'saved model: ' + key.removesuffix('_p50_us'):<34}{out['model'][key]:>10.1f}")
     print(f"wrote {args.out}")
     return 0
 

@@ -40,11 +40,11 @@ def test_cache_root_from_env(monkeypatch, tmp_path):
 def test_quiet_silences_bars_that_callers_asked_for(monkeypatch, toy_instances, capsys):
     """chunksel --quiet sets TQDM_DISABLE; a selector's own progress=True must not win."""
     import numpy as np
+    from tests.conftest import TINY_PROTOTYPE
 
     from chunksel.config import show_progress
     from chunksel.features.base import InMemoryFeatures
     from chunksel.selectors.prototype import PrototypeSelector
-    from tests.conftest import TINY_PROTOTYPE
 
     monkeypatch.delenv("TQDM_DISABLE", raising=False)
     assert show_progress(True) and not show_progress(False)

@@ -30,7 +30,7 @@ Two numeric modes:
     rule), multiplied with ``MatMulInteger`` in int32 and rescaled. Per-row ranges make
     an instance's scores independent of the other instances in its batch. The MLP is an
     ``If`` on the batch size: a single row takes a branch built from the standard
-    ``DynamicQuantizeLinear`` op (about a third of the nodes, the fastest path at batch 1),
+    ``DynamicQuantizeLinear`` op (under half the nodes, the fastest path at batch 1),
     and computes what ``onnxruntime.quantization.quantize_dynamic`` (per-channel int8
     weights) makes of the fp32 graph; the per-row branch gives a row the same numbers
     inside any batch. The scaler stays in front of the first layer so quantisation sees

@@ -114,32 +114,25 @@ def time_saved_model(args: argparse.Namespace, rng: np.random.Generator) -> dict
     runner = sel._inference_model()
     lay = sel.layout_
     if args.instances:
+        from selector_latency import graph_feeds  # this folder is on sys.path when run as a script
+
         from chunksel.data.instances import load_instances
+        from chunksel.features.store import FeatureStore
 
-        test = load_instances(args.instances, "test")
-        e, m = sel._embeddings(test, lay.d_e)
-        e = np.ascontiguousarray(e * m[..., None], dtype=np.float32)
-        if runner.input_names != ["e"]:
-            if not args.features:
-                raise SystemExit("this model uses h/r: pass --features")
-            from chunksel.features.store import FeatureStore
-
-            got = FeatureStore(args.features).lookup([t.id for t in test])
-        else:
-            got = {}
+        if runner.input_names != ["e"] and not args.features:
+            raise SystemExit("this model uses h/r: pass --features")
+        feeds = graph_feeds(sel, load_instances(args.instances, "test"),
+                            FeatureStore(args.features) if args.features else None)
         inputs = "real test instances"
     else:
-        n = 256
-        e = rng.normal(size=(n, lay.k, lay.d_e)).astype(np.float32)
+        e = rng.normal(size=(256, lay.k, lay.d_e)).astype(np.float32)
         e /= np.linalg.norm(e, axis=2, keepdims=True)
-        got = {"h": rng.normal(size=(n, lay.d_h)).astype(np.float32), "r": rng.random((n, lay.d_r), dtype=np.float32)}
+        h = rng.normal(size=(256, lay.d_h)).astype(np.float32)
+        r = rng.random((256, lay.d_r), dtype=np.float32)
+        feeds = [{"e": e[i : i + 1], "h": h[i : i + 1], "r": r[i : i + 1]} for i in range(256)]
+        feeds = [{k: v for k, v in f.items() if k in runner.input_names} for f in feeds]
         inputs = "random inputs"
-    feeds = []
-    for i in range(len(e)):
-        f = {"e": e[i : i + 1]}
-        for name in runner.input_names[:-1]:
-            f[name] = np.ascontiguousarray(got[name][i : i + 1], dtype=np.float32)
-        feeds.append(f)
+
     def cycling(fn):  # each call takes the next instance's inputs
         count = iter(range(10**9))
         return lambda: fn(feeds[next(count) % len(feeds)])

@@ -215,22 +215,28 @@ def measure_arrays(sel: PrototypeSelector, test: list[Instance], features, n_cal
     return {"batch1": b1, "throughput_qps": throughput(lambda a: sel.score_arrays(*a), batches)}
 
 
-def measure_graph(sel: PrototypeSelector, test: list[Instance], features, n_calls: int) -> dict[str, Any]:
-    """The exported graph alone: ONNX Runtime ``session.run`` on prepared float32 inputs
-    at batch 1 (what an application embedding the ``.onnx`` file pays, without chunksel)."""
-    lay = sel.layout_
+def graph_feeds(sel: PrototypeSelector, test: list[Instance], features) -> list[dict[str, np.ndarray]]:
+    """One batch-1 input dict of the selector's exported graph per test instance: float32
+    ``e`` with zeros at padded slots, and ``h``/``r`` where the graph takes them."""
     runner = sel._inference_model()
-    e, m = sel._embeddings(test, lay.d_e)
+    e, m = sel._embeddings(test, sel.layout_.d_e)
     e = np.ascontiguousarray(e * m[..., None], dtype=np.float32)
     got = features.lookup([t.id for t in test]) if runner.input_names != ["e"] else {}
     feeds = []
-    for i in range(n_calls):
-        j = i % len(test)
+    for j in range(len(test)):
         f = {"e": e[j : j + 1]}
         for name in runner.input_names[:-1]:
             f[name] = np.ascontiguousarray(got[name][j : j + 1], dtype=np.float32)
         feeds.append(f)
-    return {"batch1": time_calls(lambda f: runner.session.run(None, f), feeds)}
+    return feeds
+
+
+def measure_graph(sel: PrototypeSelector, test: list[Instance], features, n_calls: int) -> dict[str, Any]:
+    """The exported graph alone: ONNX Runtime ``session.run`` on prepared float32 inputs
+    at batch 1 (what an application embedding the ``.onnx`` file pays, without chunksel)."""
+    runner = sel._inference_model()
+    feeds = graph_feeds(sel, test, features)
+    return {"batch1": time_calls(lambda f: runner.session.run(None, f), [feeds[i % len(feeds)] for i in range(n_calls)])}
 
 
 def measure_interleaved(full: PrototypeSelector, test: list[Instance], features, n_calls: int) -> dict[str, Any]:

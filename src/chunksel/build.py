@@ -29,7 +29,7 @@ from chunksel.data.instances import load_instances, load_meta, save_instances
 from chunksel.errors import ConfigError, DataError
 from chunksel.types import SPLITS, Candidate, Instance, Question
 
-BUILD_VERSION = 1
+BUILD_VERSION = 2  # 2: question embeddings travel with the instances
 
 # corpus-level parts reused by every build of one process (a bench run builds six
 # datasets over two corpora): (corpus, index kind, data root) -> Retriever, and
@@ -223,7 +223,19 @@ def _build_named(dataset, spec, k, index, candidates, limit, droot, progress) ->
     instances = _label(spec.default_label, questions, cand_lists, gold_index)
     if candidates == "given":
         _attach_embeddings(cand_lists, corpus, gold_index, droot, progress)
+        _attach_question_embeddings(questions, progress)
     return instances
+
+
+def _attach_question_embeddings(questions, progress: bool) -> None:
+    """Give every question its retriever embedding (retrieval already did, where it ran)."""
+    from chunksel.retrieval.encoder import Encoder
+
+    todo = [q for q in questions if q.embedding is None]
+    if todo:
+        vecs = Encoder().encode_questions(todo, progress=progress)
+        for q, v in zip(todo, vecs, strict=True):
+            q.embedding = np.asarray(v, dtype=np.float32)
 
 
 def _copy(c: Candidate) -> Candidate:

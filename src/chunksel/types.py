@@ -41,6 +41,9 @@ class Question:
     dataset: str = ""
     answer_type: str = "string"  # "string" or "regex" (CuratedTREC-style patterns)
     meta: dict[str, Any] = field(default_factory=dict)
+    # the L2-normalised retriever embedding of the question text; kept in a sidecar
+    # array, never in JSONL (the retrieval-anchored selectors start from it)
+    embedding: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -2,7 +2,9 @@
 
 The sidecar holds the candidates' L2-normalised retriever embeddings as a float32
 ``(N, K, d)`` array aligned with the JSONL rows (zeros at padded slots), so the chunk
-embeddings E travel with the instances without bloating the JSON.
+embeddings E travel with the instances without bloating the JSON; a second sidecar,
+``question_embeddings.npy`` ``(N, d)``, holds the questions' own retriever embeddings
+(written when every question has one).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from chunksel.types import Instance, read_jsonl, write_jsonl
 
 INSTANCES = "instances.jsonl"
 EMBEDDINGS = "embeddings.npy"
+QUESTION_EMBEDDINGS = "question_embeddings.npy"
 META = "meta.json"
 
 
@@ -51,6 +54,10 @@ def save_instances(path: str | Path, instances: Sequence[Instance], meta: dict |
     if emb is not None:
         np.save(path / (EMBEDDINGS + ".tmp.npy"), emb)
         os.replace(path / (EMBEDDINGS + ".tmp.npy"), path / EMBEDDINGS)
+    if instances and all(i.question.embedding is not None for i in instances):
+        q = np.stack([np.asarray(i.question.embedding, dtype=np.float32) for i in instances])
+        np.save(path / (QUESTION_EMBEDDINGS + ".tmp.npy"), q)
+        os.replace(path / (QUESTION_EMBEDDINGS + ".tmp.npy"), path / QUESTION_EMBEDDINGS)
     os.replace(tmp, path / INSTANCES)
     (path / META).write_text(json.dumps(meta or {}, indent=2, default=str))
     return path
@@ -71,6 +78,13 @@ def load_instances(path: str | Path, split: str | None = None) -> list[Instance]
         for n, inst in enumerate(instances):
             for j, cand in enumerate(inst.candidates[: emb.shape[1]]):
                 cand.embedding = np.array(emb[n, j])
+    q_file = path / QUESTION_EMBEDDINGS
+    if q_file.is_file():
+        q = np.load(q_file)
+        if q.shape[0] != len(instances):
+            raise DataError(f"{q_file}: {q.shape[0]} rows for {len(instances)} instances")
+        for n, inst in enumerate(instances):
+            inst.question.embedding = q[n]
     if split is not None:
         instances = [i for i in instances if i.split == split]
     return instances

@@ -4,7 +4,8 @@ For every MoE layer ``l`` and expert ``j`` (paper, Sec. 3.1, Eq. 2)::
 
     RS[l, j] = 1/T * sum_t  p[l, j, t] * || g_j(u[l, t]) ||_2
 
-with ``T`` the (non-padded) prompt tokens, ``p`` the softmax over *all* experts' router
+with ``T`` the question's own tokens (the positions the capture mask marks: the
+question inside the chat prompt, never padding, template or headers), ``p`` the softmax over *all* experts' router
 logits (not only the top-k), ``u`` the MoE block input and ``g_j`` expert ``j``'s output
 before the routing-weight scaling. ``r`` is ``RS`` flattened layer-major, shape
 ``(L * E,)`` over the layers listed in :attr:`ExpertAdapter.layers`.
@@ -126,7 +127,8 @@ class ExpertAdapter(ABC):
 
     @contextmanager
     def capture(self, mask: torch.Tensor) -> Iterator[_Capture]:
-        """Register the hooks for one forward pass over a batch with attention ``mask``.
+        """Register the hooks for one forward pass; ``mask`` (B, S) marks the positions
+        Eq. 2 averages over (the question's tokens; at most the attention mask's).
 
         Yields the capture whose ``r`` ``(B, L, E)`` is filled during the pass. The hooks
         never modify inputs or outputs and are always removed, also on exceptions.

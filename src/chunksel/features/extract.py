@@ -5,9 +5,12 @@
   the same tensor transformers returns as ``hidden_states[-1]`` (a forward hook on
   ``model.base_model``; ``output_hidden_states`` is never switched on).
 - ``r`` ``(N, L*E)``: routing-weighted expert responses (paper, Eq. 2) from the
-  architecture's :class:`~chunksel.features.adapters.ExpertAdapter`.
+  architecture's :class:`~chunksel.features.adapters.ExpertAdapter`, averaged over the
+  *question's* tokens (``T`` = the question's tokens, as Eq. 2 is written), not over the
+  chat template's system prompt and headers around them.
 
-Prompts are the question-only chat prompts of :func:`chunksel.llm.prompts.question_prompt_ids`.
+Prompts are the question-only chat prompts of :func:`chunksel.llm.prompts.question_prompt`,
+which also gives the question's token span.
 Batches are padded (right by default, left supported) with explicit ``position_ids`` so a
 question's features do not depend on its batch; padded positions never enter the means.
 Questions are processed sorted by prompt length (less padding) and returned in input order.
@@ -25,7 +28,7 @@ import torch
 from chunksel.config import show_progress
 from chunksel.errors import ConfigError, DataError
 from chunksel.features.adapters import ExpertAdapter, make_adapter
-from chunksel.llm.prompts import MAX_PROMPT_TOKENS, question_prompt_ids
+from chunksel.llm.prompts import MAX_PROMPT_TOKENS, question_prompt
 from chunksel.types import Question
 
 
@@ -53,6 +56,20 @@ def pad_batch(
     return input_ids, mask, position_ids
 
 
+def span_mask(
+    lengths: Sequence[int], spans: Sequence[tuple[int, int]], width: int, side: str = "right"
+) -> torch.Tensor:
+    """(B, width) bool, True at each prompt's question tokens ``span`` (prompt positions),
+    placed as :func:`pad_batch` places the prompts."""
+    out = torch.zeros((len(lengths), width), dtype=torch.bool)
+    for i, (n, (a, b)) in enumerate(zip(lengths, spans, strict=True)):
+        if not 0 <= a < b <= n:
+            raise DataError(f"question span {(a, b)} lies outside a prompt of {n} tokens")
+        off = 0 if side == "right" else width - n
+        out[i, off + a:off + b] = True
+    return out
+
+
 def _pad_id(tokenizer: Any) -> int:
     for name in ("pad_token_id", "eos_token_id", "unk_token_id"):
         value = getattr(tokenizer, name, None)
@@ -74,6 +91,7 @@ def forward_with_features(
     ids: Sequence[Sequence[int]],
     pad_id: int = 0,
     padding_side: str = "right",
+    spans: Sequence[tuple[int, int]] | None = None,
     **forward_kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor, Any]:
     """One forward pass over a batch of prompts with the feature hooks attached.
@@ -84,6 +102,8 @@ def forward_with_features(
         ids: token ids of each prompt.
         pad_id: id used for padding (never attended to).
         padding_side: ``"right"`` or ``"left"``.
+        spans: each prompt's question-token span ``(start, end)``; ``r`` averages over
+            those positions (default: every real token of the prompt).
         **forward_kwargs: passed to ``model(...)`` (e.g. ``use_cache``, ``logits_to_keep``).
 
     Returns:
@@ -98,9 +118,12 @@ def forward_with_features(
         hs = output[0] if isinstance(output, tuple) else output.last_hidden_state
         grabbed["h"] = hs[torch.arange(hs.shape[0], device=hs.device), last.to(hs.device)]
 
+    positions = mask.bool() if spans is None else span_mask(
+        [len(x) for x in ids], spans, mask.shape[1], padding_side
+    )
     handle = model.base_model.register_forward_hook(grab_last_hidden)
     try:
-        with adapter.capture(mask.to(device)) as cap:
+        with adapter.capture(positions.to(device)) as cap:
             out = model(
                 input_ids=input_ids.to(device),
                 attention_mask=mask.to(device),
@@ -143,7 +166,8 @@ def extract_features(
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     adapter = adapter or make_adapter(model)
     texts = [q.text if isinstance(q, Question) else str(q) for q in questions]
-    prompts = [question_prompt_ids(tokenizer, t, max_tokens) for t in texts]
+    built = [question_prompt(tokenizer, t, max_tokens) for t in texts]
+    prompts = [p.ids for p in built]
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     d = int(model.config.hidden_size)
     h = np.zeros((len(prompts), d), dtype=np.float32)
@@ -158,7 +182,8 @@ def extract_features(
         for start in bar:
             rows = order[start:start + batch_size]
             hb, rb, _ = forward_with_features(
-                model, adapter, [prompts[i] for i in rows], pad_id, padding_side, **extra
+                model, adapter, [prompts[i] for i in rows], pad_id, padding_side,
+                spans=[built[i].span for i in rows], **extra,
             )
             h[rows] = hb.cpu().numpy()
             r[rows] = rb.cpu().numpy()

@@ -4,14 +4,21 @@ One store per (generator id, prompt-template hash), under
 ``cache_root()/features/<generator id>/<template hash>/``::
 
     index.json          {"generator_id", "template_hash", "dims", "shards": [
-                          {"name": "00000", "ids": [...]}, ...]}
+                          {"name": "00000", "ids": [...], "prompt_hashes": [...]}, ...]}
     h-00000.npy         (n_0, d_h) float32
     r-00000.npy         (n_0, d_r) float32
 
-:meth:`FeatureStore.extract` computes only the question ids the index lacks, in groups of
-``shard_size``; each group's arrays are written first, then ``index.json`` is replaced
-atomically, so an interrupted run loses at most the group in flight and a finished one is
-never recomputed. :meth:`lookup` satisfies :class:`chunksel.selectors.base.QuestionFeatures`.
+Each row is keyed by its question id *and* a hash of the exact prompt token ids it was
+computed from (:func:`chunksel.llm.prompts.prompt_hash`); the folder is keyed by the
+generator and the template hash (which includes the feature definition's version). So a
+question whose text (or truncation) changed is re-extracted, and its new row supersedes
+the stale one (a later shard wins).
+
+:meth:`FeatureStore.extract` computes only the questions the index lacks or holds stale,
+in groups of ``shard_size`` (default 128, a few seconds of work); each group's arrays are
+written first, then ``index.json`` is replaced atomically, so an interrupted run loses at
+most the group in flight and a finished one is never recomputed. :meth:`lookup`
+satisfies :class:`chunksel.selectors.base.QuestionFeatures`.
 """
 
 from __future__ import annotations
@@ -58,9 +65,12 @@ class FeatureStore:
         if self._index_path.is_file():
             self._meta = json.loads(self._index_path.read_text())
         self._rows: dict[str, tuple[int, int]] = {}
+        self._hashes: dict[str, str | None] = {}
         for s, shard in enumerate(self._meta["shards"]):
-            for i, qid in enumerate(shard["ids"]):
-                self._rows[qid] = (s, i)
+            hashes = shard.get("prompt_hashes") or [None] * len(shard["ids"])
+            for i, (qid, ph) in enumerate(zip(shard["ids"], hashes, strict=True)):
+                self._rows[qid] = (s, i)  # a later shard supersedes an earlier row
+                self._hashes[qid] = ph
         self._arrays: dict[tuple[int, str], np.ndarray] = {}
 
     # ----------------------------------------------------------------- locating
@@ -88,8 +98,8 @@ class FeatureStore:
     # ------------------------------------------------------------------ reading
     @property
     def ids(self) -> list[str]:
-        """Stored question ids, in storage order."""
-        return [q for shard in self._meta["shards"] for q in shard["ids"]]
+        """Stored question ids (each once), in the order they were first stored."""
+        return list(self._rows)
 
     @property
     def dims(self) -> dict[str, int]:
@@ -143,18 +153,34 @@ class FeatureStore:
             out[name] = arr
         return out
 
+    def prompt_hash_of(self, qid: str) -> str | None:
+        """The prompt hash the stored row of ``qid`` was computed from (None: unknown)."""
+        return self._hashes.get(qid)
+
     # ------------------------------------------------------------------ writing
-    def add(self, ids: Sequence[str], h: np.ndarray, r: np.ndarray) -> None:
-        """Append one shard (new ids only) and commit the index atomically."""
+    def add(
+        self, ids: Sequence[str], h: np.ndarray, r: np.ndarray, prompt_hashes: Sequence[str] | None = None
+    ) -> None:
+        """Append one shard and commit the index atomically.
+
+        Without ``prompt_hashes`` only new ids are stored; with them, an id stored from
+        another prompt (a stale row) is stored again and the new row supersedes it.
+        """
         ids = list(ids)
         if len(set(ids)) != len(ids):
             raise DataError("duplicate question ids in one feature shard")
         if h.shape[0] != len(ids) or r.shape[0] != len(ids):
             raise DataError(f"{len(ids)} ids but h has {h.shape[0]} rows and r {r.shape[0]}")
+        if prompt_hashes is not None and len(prompt_hashes) != len(ids):
+            raise DataError(f"{len(ids)} ids but {len(prompt_hashes)} prompt hashes")
         dims = {"h": int(h.shape[1]), "r": int(r.shape[1])}
         if self.dims and self.dims != dims:
             raise DataError(f"feature dims {dims} differ from the store's {self.dims} ({self.root})")
-        keep = [i for i, q in enumerate(ids) if q not in self._rows]
+        hashes = list(prompt_hashes) if prompt_hashes is not None else [None] * len(ids)
+        keep = [
+            i for i, q in enumerate(ids)
+            if q not in self._rows or (hashes[i] is not None and hashes[i] != self._hashes.get(q))
+        ]
         if not keep:
             return
         name = f"{len(self._meta['shards']):05d}"
@@ -162,7 +188,9 @@ class FeatureStore:
         _atomic_save(self.root / f"r-{name}.npy", np.ascontiguousarray(r[keep], dtype=np.float32))
         meta = dict(self._meta)
         meta["dims"] = dims
-        meta["shards"] = self._meta["shards"] + [{"name": name, "ids": [ids[i] for i in keep]}]
+        meta["shards"] = self._meta["shards"] + [
+            {"name": name, "ids": [ids[i] for i in keep], "prompt_hashes": [hashes[i] for i in keep]}
+        ]
         tmp = self._index_path.with_name("index.json.tmp")
         tmp.write_text(json.dumps(meta))
         os.replace(tmp, self._index_path)
@@ -170,6 +198,7 @@ class FeatureStore:
         s = len(meta["shards"]) - 1
         for row, i in enumerate(keep):
             self._rows[ids[i]] = (s, row)
+            self._hashes[ids[i]] = hashes[i]
 
     def extract(
         self,
@@ -177,15 +206,16 @@ class FeatureStore:
         model: Any,
         tokenizer: Any,
         batch_size: int = 32,
-        shard_size: int = 512,
+        shard_size: int = 128,
         progress: bool = True,
         adapter: Any = None,
         max_tokens: int | None = None,
     ) -> int:
-        """Compute and store the features of the questions not yet stored.
+        """Compute and store the features of the questions not yet stored, or stored from
+        another prompt than the one their text gives now (stale rows are replaced).
 
         Args:
-            questions: questions (ids must be unique per text; repeats are skipped).
+            questions: questions (the first of several with one id counts).
             model, tokenizer: the generator this store belongs to.
             batch_size: prompts per forward pass.
             shard_size: questions per shard (the unit lost if interrupted).
@@ -200,12 +230,17 @@ class FeatureStore:
 
         from chunksel.features.adapters import make_adapter
         from chunksel.features.extract import extract_features
-        from chunksel.llm.prompts import MAX_PROMPT_TOKENS
+        from chunksel.llm.prompts import MAX_PROMPT_TOKENS, prompt_hash, question_prompt
 
+        limit = max_tokens or MAX_PROMPT_TOKENS
         by_id: dict[str, Question] = {}
         for q in questions:
             by_id.setdefault(q.id, q)
-        todo = self.missing(list(by_id))
+
+        def hash_of(qid: str) -> str:
+            return prompt_hash(question_prompt(tokenizer, by_id[qid].text, limit).ids)
+
+        todo = [q for q in by_id if q not in self._rows or self._hashes.get(q) != hash_of(q)]
         if not todo:
             return 0
         adapter = adapter or make_adapter(model)
@@ -214,9 +249,9 @@ class FeatureStore:
             group = todo[start:start + shard_size]
             feats = extract_features(
                 model, tokenizer, [by_id[q] for q in group], batch_size=batch_size,
-                progress=False, adapter=adapter, max_tokens=max_tokens or MAX_PROMPT_TOKENS,
+                progress=False, adapter=adapter, max_tokens=limit,
             )
-            self.add(group, feats["h"], feats["r"])
+            self.add(group, feats["h"], feats["r"], [hash_of(q) for q in group])
             bar.update(len(group))
         bar.close()
         return len(todo)

@@ -170,7 +170,8 @@ class Retriever:
         Each :class:`Candidate` has the passage ``id``, ``title``, ``text``, the inner
         product ``score``, ``rank`` 0..k-1 and ``embedding`` = its corpus embedding row
         (float32, a copy). An IVF-PQ search that reaches fewer than ``k`` passages
-        returns fewer candidates for that question.
+        returns fewer candidates for that question. A :class:`Question` given (not a
+        plain string) keeps its query embedding in ``Question.embedding``.
 
         Raises:
             ConfigError: ``k`` < 1 or larger than the corpus.
@@ -180,6 +181,9 @@ class Retriever:
         if not questions:
             return []
         q_emb = self.encoder.encode_questions(questions, progress=progress)
+        for q, vec in zip(questions, q_emb, strict=True):
+            if isinstance(q, Question):
+                q.embedding = np.array(vec, dtype=np.float32)
         scores, rows = self.search(q_emb, k, batch_size=batch_size, progress=progress)
         out: list[list[Candidate]] = []
         c = self.corpus

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from tiny import QUESTIONS, tiny_llama
+from tiny import QUESTIONS, question_positions, tiny_llama
 
 from chunksel.errors import ConfigError
 from chunksel.features.dense import DenseAdapter
@@ -44,6 +44,7 @@ def test_rs_matches_bruteforce(llama, tok):
     q = QUESTIONS[1]
     got = extract_features(llama, tok, [q], adapter=adapter, progress=False)["r"][0]
     ids = torch.tensor([question_prompt_ids(tok, q)])
+    positions = question_positions(tok, q)  # Eq. 2: T = the question's own tokens
     xs = {}
     handles = [m.register_forward_pre_hook(lambda _m, a, i=i: xs.__setitem__(i, a[0][0]))
                for i, m in enumerate(adapter.mlps)]
@@ -57,14 +58,14 @@ def test_rs_matches_bruteforce(llama, tok):
         for i, mlp in enumerate(adapter.mlps):
             rs = np.zeros(E)
             x = xs[i]
-            for t in range(x.shape[0]):
+            for t in positions:
                 a = mlp.act_fn(mlp.gate_proj(x[t])) * mlp.up_proj(x[t])
                 total = float(a.abs().sum())
                 for j in range(E):
                     aj = a[j * g:(j + 1) * g]
                     out = mlp.down_proj.weight[:, j * g:(j + 1) * g] @ aj
                     rs[j] += float(aj.abs().sum()) / total * float(out.norm())
-            ref.append(rs / x.shape[0])
+            ref.append(rs / len(positions))
     np.testing.assert_allclose(got, np.concatenate(ref), rtol=1e-4, atol=1e-6)
 
 

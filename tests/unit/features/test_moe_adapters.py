@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from tiny import QUESTIONS, tiny_llama, tiny_moe
+from tiny import QUESTIONS, question_positions, tiny_llama, tiny_moe
 
 from chunksel.errors import ConfigError
 from chunksel.features.adapters import MoEAdapter, make_adapter, moe_block
 from chunksel.features.extract import extract_features, pad_batch
-from chunksel.llm.prompts import question_prompt_ids
+from chunksel.llm.prompts import question_prompt, question_prompt_ids
 
 KINDS = ["olmoe", "qwen2_moe", "qwen3_moe", "mixtral"]
 TF_MAJOR = int(transformers.__version__.split(".")[0])
@@ -39,10 +39,11 @@ def _one_expert(experts, j: int, u: torch.Tensor) -> torch.Tensor:
 
 
 def _reference_r(model, adapter, tok, questions) -> np.ndarray:
-    """Eq. 2 by brute force: per question, per token, per expert, in Python loops."""
+    """Eq. 2 by brute force: per question, per question token, per expert, in Python loops."""
     out = []
     for q in questions:
         ids = torch.tensor([question_prompt_ids(tok, q)])
+        positions = question_positions(tok, q)
         inputs = {}
         handles = [
             moe_block(model.model.layers[i]).register_forward_pre_hook(
@@ -65,11 +66,11 @@ def _reference_r(model, adapter, tok, questions) -> np.ndarray:
                 logits = logits[0] if isinstance(logits, tuple) else logits
                 p = torch.softmax(logits.float(), dim=-1)
                 rs = np.zeros(adapter.n_experts)
-                for t in range(u.shape[0]):
+                for t in positions:
                     for j in range(adapter.n_experts):
                         g = _one_expert(block.experts, j, u[t:t + 1])
                         rs[j] += float(p[t, j]) * float(torch.linalg.vector_norm(g))
-                row.append(rs / u.shape[0])
+                row.append(rs / len(positions))
         out.append(np.concatenate(row))
     return np.stack(out)
 
@@ -95,6 +96,13 @@ def test_rs_matches_bruteforce(moe, tok):
     got = extract_features(model, tok, qs, batch_size=2, progress=False)["r"]
     ref = _reference_r(model, adapter, tok, qs)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_question_span(tok):
+    for q in QUESTIONS:
+        span = question_prompt(tok, q).span
+        pos = question_positions(tok, q)
+        assert span == (pos.start, pos.stop)
 
 
 @pytest.mark.parametrize("side", ["right", "left"])

@@ -59,3 +59,21 @@ def test_dims_must_match(tmp_path):
     with pytest.raises(DataError, match="dims"):
         store.add(["c"], np.zeros((1, 5)), np.ones((1, 4)))
     np.testing.assert_array_equal(FeatureStore(tmp_path / "s").lookup(["b"])["r"], np.ones((1, 4)))
+
+
+def test_stale_row_is_reextracted(llama, tok):
+    """A question whose text changed under the same id gets new features, never the old row."""
+    adapter = DenseAdapter(llama, n_groups=8)
+    store = FeatureStore.open("tiny-llama-stale", tok)
+    qs = _qs(QUESTIONS[:3])
+    assert store.extract(qs, llama, tok, progress=False, adapter=adapter) == 3
+    old = store.lookup([qs[1].id])
+    assert store.extract(qs, llama, tok, progress=False, adapter=adapter) == 0
+    qs[1].text = "Which planet is known as the red planet?"
+    assert store.extract(qs, llama, tok, progress=False, adapter=adapter) == 1
+    for reopened in (store, FeatureStore.open("tiny-llama-stale", tok)):
+        got = reopened.lookup([q.id for q in qs])
+        ref = extract_features(llama, tok, qs, adapter=adapter, progress=False)
+        np.testing.assert_allclose(got["r"], ref["r"], atol=1e-5)
+        assert not np.allclose(got["r"][1], old["r"][0])
+        assert reopened.ids == [q.id for q in qs] and len(reopened) == 3

@@ -103,3 +103,14 @@ QUESTIONS = [
     "How many moons does Mars have?",
     "e=mc^2",
 ]
+
+
+def question_positions(tok, q: str) -> range:
+    """The question's token positions by hand: the character-level ChatML prompt is
+    ``<|im_start|> u s e r \n`` + one token per character of ``q`` + the closing tokens."""
+    from chunksel.llm.prompts import question_prompt_ids
+
+    ids = question_prompt_ids(tok, q)
+    start = ids.index(tok.convert_tokens_to_ids("\n")) + 1
+    assert tok.decode(ids[start:start + len(q)]) == q
+    return range(start, start + len(q))

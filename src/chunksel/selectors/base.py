@@ -228,6 +228,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "drmm": ("chunksel.selectors.neural:DRMMSelector", "train"),
     "duet": ("chunksel.selectors.neural:DuetSelector", "train"),
     "prototype": ("chunksel.selectors.prototype:PrototypeSelector", "train"),
+    "anchored": ("chunksel.selectors.anchored:AnchoredPrototypeSelector", "train"),
 }
 
 

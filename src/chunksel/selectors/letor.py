@@ -117,20 +117,43 @@ def instance_features(inst: Instance, stats: BM25Stats, k1: float = 1.5, b: floa
     return out
 
 
+#: in-process memo of :func:`instance_features` (several selectors and seeds of one run
+#: read the same instances' features): key -> (n_candidates, 12) array
+_MEMO: dict[tuple, np.ndarray] = {}
+_MEMO_LIMIT = 200_000
+
+
+def _memo_key(inst: Instance, corpus: str, k1: float, b: float) -> tuple:
+    return (
+        corpus, k1, b, inst.id, inst.question.text,
+        tuple((c.id, c.title, c.text, c.score) for c in inst.candidates),
+    )
+
+
 def letor_features(
     batch: Sequence[Instance], corpus: str | None = None, k1: float = 1.5, b: float = 0.75,
     progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """LETOR features of a batch: ``(B, K, 12)`` array (0 at padded slots) and the
-    ``(B, K)`` real-candidate mask. ``corpus`` as in :class:`~.bm25.BM25Selector`."""
+    ``(B, K)`` real-candidate mask. ``corpus`` as in :class:`~.bm25.BM25Selector`.
+
+    Each instance's features are memoised in-process by its question, candidates and
+    corpus, so selectors and seeds that score the same instances compute them once."""
     from tqdm.auto import tqdm
 
     k = max((len(i.candidates) for i in batch), default=0)
     feats = np.zeros((len(batch), k, len(FEATURE_NAMES)))
     mask = np.zeros((len(batch), k), dtype=bool)
     for i, inst in enumerate(tqdm(batch, desc="letor features", disable=not show_progress(progress), mininterval=1.0)):
-        stats = corpus_stats(resolve_corpus(corpus, inst), progress=progress)
+        name = resolve_corpus(corpus, inst)
+        key = _memo_key(inst, name, k1, b)
+        got = _MEMO.get(key)
+        if got is None:
+            got = instance_features(inst, corpus_stats(name, progress=progress), k1, b)
+            if len(_MEMO) >= _MEMO_LIMIT:
+                _MEMO.clear()
+            _MEMO[key] = got
         n = len(inst.candidates)
-        feats[i, :n] = instance_features(inst, stats, k1, b)
+        feats[i, :n] = got
         mask[i, :n] = True
     return feats, mask

@@ -1,0 +1,220 @@
+"""Training of the retrieval-anchored scorer (:mod:`chunksel.nn.anchored`) on numpy arrays.
+
+Inputs: question embeddings ``q`` (N, d), candidate embeddings ``e`` (N, K, d), the
+scaled question-side input ``x`` (N, D) or None, the scaled interaction features ``phi``
+(N, K, F) or None, 0/1 ``labels`` (N, K) and the real-candidate ``mask`` (N, K).
+
+- Loss: the multi-positive contrastive loss (Eq. 8 of the paper, ``tau = 1`` on the
+  scorer's logits) over training instances with at least one positive and one negative.
+- AdamW, cosine learning-rate decay over ``max_epochs``, gradient clipping at 1.0.
+- **Model selection on validation rank-1 accuracy** (answerable validation instances,
+  ties by retrieval rank, as the benchmark measures), with the validation loss breaking
+  ties. The untrained scorer (epoch 0) is a candidate: it ranks exactly as retrieval
+  order, so the returned model is never worse than retrieval order on validation.
+  Training stops after ``patience`` epochs without a better candidate.
+- Without a validation split, ``val_fraction`` of the training instances is carved out.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from chunksel.config import show_progress
+from chunksel.errors import DataError
+from chunksel.nn.anchored import AnchoredScorer
+from chunksel.training.losses import multi_positive_contrastive
+from chunksel.training.trainer import seed_everything, usable
+
+
+@dataclass
+class AnchoredTrainConfig:
+    """Settings of :func:`train_anchored`."""
+
+    hidden: int = 256  #: width of the prototype MLP g
+    depth: int = 2  #: hidden layers of g
+    phi_hidden: int = 32  #: width of the interaction MLP u
+    phi_depth: int = 1  #: hidden layers of u
+    dropout: float = 0.1  #: dropout after each hidden layer
+    tau: float = 0.1  #: temperature of the prototype term
+    lr: float = 1e-3  #: AdamW peak learning rate
+    weight_decay: float = 1e-2  #: AdamW weight decay
+    batch_size: int = 128  #: instances per step
+    max_epochs: int = 60  #: epoch limit
+    patience: int = 12  #: epochs without a better validation candidate before stopping
+    grad_clip: float = 1.0  #: max gradient norm
+    val_fraction: float = 0.1  #: carved from train when no validation split is given
+    seed: int = 0  #: seeds init, shuffling and carving
+    device: str = "cpu"  #: torch device
+    progress: bool = True  #: tqdm bar over epochs
+
+
+@dataclass
+class AnchoredSummary:
+    """What happened during training."""
+
+    n_train: int = 0  #: usable (contested) training instances
+    n_val: int = 0  #: answerable validation instances
+    val_carved: bool = False
+    epochs_run: int = 0
+    best_epoch: int = 0  #: 0 = the untrained scorer (retrieval order) was kept
+    val_acc_retrieval: float = 0.0  #: validation rank-1 of retrieval order (epoch 0)
+    best_val_acc: float = 0.0
+    train_loss: list[float] = field(default_factory=list)
+    val_acc: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class AnchoredArrays:
+    """The arrays of a set of instances, as torch tensors (``x`` / ``phi`` may be None)."""
+
+    def __init__(self, q, e, x, phi, y, m, device: str = "cpu") -> None:
+        def t(a, dtype=torch.float32):
+            return None if a is None else torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
+
+        self.q, self.e, self.x, self.phi = t(q), t(e), t(x), t(phi)
+        self.y = t(np.asarray(y) >= 1, torch.bool)
+        self.m = t(np.asarray(m, dtype=bool), torch.bool)
+
+    def __len__(self) -> int:
+        return int(self.q.shape[0])
+
+    def take(self, idx: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        return tuple(None if a is None else a[idx] for a in (self.q, self.e, self.x, self.phi, self.y, self.m))
+
+
+def _logits(model: AnchoredScorer, q, e, x, phi, m) -> torch.Tensor:
+    s = model(q, e, x, phi)
+    return s.masked_fill(~m, float("-inf"))
+
+
+@torch.no_grad()
+def rank1_hits(model: AnchoredScorer, data: AnchoredArrays, batch_size: int = 4096) -> np.ndarray:
+    """Per-instance rank-1 hit (top score positive; ties to the better retrieval rank)."""
+    model.eval()
+    out = []
+    for start in range(0, len(data), batch_size):
+        idx = torch.arange(start, min(start + batch_size, len(data)))
+        q, e, x, phi, y, m = data.take(idx)
+        s = _logits(model, q, e, x, phi, m)
+        top = torch.argmax(s, dim=1)  # argmax returns the first maximum: the better rank
+        out.append(y[torch.arange(len(idx)), top].cpu().numpy())
+    return np.concatenate(out) if out else np.zeros(0, dtype=bool)
+
+
+@torch.no_grad()
+def mean_loss(model: AnchoredScorer, data: AnchoredArrays, batch_size: int = 4096) -> float:
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(data), batch_size):
+        idx = torch.arange(start, min(start + batch_size, len(data)))
+        q, e, x, phi, y, m = data.take(idx)
+        per = multi_positive_contrastive(_logits(model, q, e, x, phi, m).nan_to_num(neginf=-1e9), y, m, 1.0, "none")
+        total += float(per.sum())
+        count += len(idx)
+    return total / max(count, 1)
+
+
+def train_anchored(
+    train: dict[str, np.ndarray | None],
+    val: dict[str, np.ndarray | None] | None,
+    config: AnchoredTrainConfig | None = None,
+) -> tuple[AnchoredScorer, AnchoredSummary]:
+    """Train an :class:`AnchoredScorer`; see the module docstring.
+
+    Args:
+        train, val: dicts with ``q``, ``e``, ``x`` (or None), ``phi`` (or None), ``y``, ``m``
+            (already scaled). ``val`` may be None (then it is carved from ``train``).
+        config: the recipe.
+
+    Returns:
+        ``(model, summary)``: the selected model in eval mode on CPU, and the summary.
+    """
+    cfg = config or AnchoredTrainConfig()
+    seed_everything(cfg.seed)
+    summary = AnchoredSummary()
+    keep, _, _ = usable(train["y"], train["m"])
+    tr = np.flatnonzero(keep)
+    if val is not None and len(val["y"]):
+        vy = (np.asarray(val["y"]) >= 1) & np.asarray(val["m"], dtype=bool)
+        vi = np.flatnonzero(vy.any(axis=1))
+        vsrc = val
+    else:
+        vi = np.zeros(0, dtype=np.int64)
+    if len(vi) == 0:
+        rng = np.random.default_rng(cfg.seed)
+        perm = rng.permutation(tr)
+        n_val = max(1, int(round(cfg.val_fraction * len(perm)))) if len(perm) >= 4 else 0
+        vi, tr = np.sort(perm[:n_val]), np.sort(perm[n_val:])
+        vsrc = train
+        summary.val_carved = True
+    if len(tr) < 2:
+        raise DataError(
+            f"only {len(tr)} training instance(s) have both a positive and a negative candidate; "
+            "the anchored selector needs at least 2"
+        )
+
+    def subset(src, rows):
+        return AnchoredArrays(*(None if src[k] is None else src[k][rows] for k in ("q", "e", "x", "phi", "y", "m")),
+                              device=cfg.device)
+
+    tdata, vdata = subset(train, tr), subset(vsrc, vi)
+    summary.n_train, summary.n_val = len(tdata), len(vdata)
+    x_dim = 0 if tdata.x is None else int(tdata.x.shape[1])
+    phi_dim = 0 if tdata.phi is None else int(tdata.phi.shape[2])
+    model = AnchoredScorer(
+        x_dim, phi_dim, int(tdata.e.shape[1]), int(tdata.e.shape[2]), cfg.hidden, cfg.depth,
+        cfg.phi_hidden, cfg.phi_depth, cfg.dropout, cfg.tau,
+    ).to(cfg.device)
+
+    def criterion() -> tuple[float, float]:
+        acc = float(rank1_hits(model, vdata).mean()) if len(vdata) else 0.0
+        return acc, mean_loss(model, vdata) if len(vdata) else 0.0
+
+    best_acc, best_loss = criterion()
+    summary.val_acc_retrieval = best_acc
+    summary.val_acc.append(best_acc)
+    best_state = copy.deepcopy(model.state_dict())
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    steps_per_epoch = math.ceil(len(tdata) / cfg.batch_size)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, steps_per_epoch * cfg.max_epochs))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    bad = 0
+    bar = tqdm(range(cfg.max_epochs), desc="anchored", unit="epoch", disable=not show_progress(cfg.progress),
+               leave=False)
+    for epoch in bar:
+        model.train()
+        tot = 0.0
+        for idx in torch.randperm(len(tdata), generator=gen).split(cfg.batch_size):
+            q, e, x, phi, y, m = tdata.take(idx)
+            loss = multi_positive_contrastive(model(q, e, x, phi), y, m, 1.0)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            sched.step()
+            tot += float(loss) * len(idx)
+        summary.train_loss.append(tot / len(tdata))
+        acc, vloss = criterion()
+        summary.val_acc.append(acc)
+        summary.epochs_run = epoch + 1
+        if acc > best_acc + 1e-12 or (abs(acc - best_acc) <= 1e-12 and vloss < best_loss - 1e-7):
+            best_acc, best_loss, summary.best_epoch, bad = acc, vloss, epoch + 1, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            bad += 1
+        bar.set_postfix(loss=f"{summary.train_loss[-1]:.4f}", val_acc=f"{acc:.3f}")
+        if bad >= cfg.patience:
+            break
+    bar.close()
+    summary.best_val_acc = best_acc
+    model.load_state_dict(best_state)
+    return model.cpu().eval(), summary

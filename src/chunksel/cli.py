@@ -222,12 +222,12 @@ def _run(args: argparse.Namespace) -> int:
         return 0
 
     if args.command == "select":
+        from chunksel.data.chunks import read_chunks_file
         from chunksel.pipeline.chunk_selector import ChunkSelector
 
         chunks = list(args.chunk)
         if args.chunks_file:
-            with open(args.chunks_file, encoding="utf-8") as fh:
-                chunks += [line.rstrip("\n") for line in fh if line.strip()]
+            chunks += read_chunks_file(args.chunks_file)
         result = ChunkSelector.load(args.model, quantize=args.quantize, engine=args.engine).select(
             args.question, chunks, k=args.top
         )

@@ -69,3 +69,47 @@ def test_export_writes_a_runnable_onnx_graph(capsys, tmp_path, toy_instances):
     ret.save(tmp_path / "r")
     code, _, err = _run(capsys, "export", "--model", str(tmp_path / "r"), "--out", str(tmp_path / "r.onnx"))
     assert code == 2 and "needs a prototype selector" in err
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Any model load or instance build fails the test: settings errors must come first."""
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a model was loaded (or instances built) before the settings were checked")
+
+    import chunksel.build
+    import chunksel.llm.models
+    import chunksel.pipeline.chunk_selector
+    import chunksel.selectors
+    import chunksel.selectors.base
+
+    monkeypatch.setattr(chunksel.llm.models, "load_generator", refuse)
+    monkeypatch.setattr(chunksel.build, "build_instances", refuse)
+    monkeypatch.setattr(chunksel.pipeline.chunk_selector.ChunkSelector, "load", classmethod(refuse))
+    monkeypatch.setattr(chunksel.selectors.base.Selector, "load", classmethod(refuse))
+    monkeypatch.setattr(chunksel.selectors.base, "load_selector", refuse)
+    monkeypatch.setattr(chunksel.selectors, "load_selector", refuse)
+
+
+def _one_line(code, err, *needles):
+    assert code == 2, err
+    assert "Traceback" not in err and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_select_chunks_file_missing_or_not_utf8(capsys, tmp_path, no_loading):
+    code, _, err = _run(capsys, "select", "--model", str(tmp_path), "--question", "q?",
+                        "--chunks-file", str(tmp_path / "absent.txt"))
+    _one_line(code, err, "absent.txt", "not found")
+    (tmp_path / "c.txt").write_bytes(b"one\ntwo caf\xe9\n")
+    code, _, err = _run(capsys, "select", "--model", str(tmp_path), "--question", "q?",
+                        "--chunks-file", str(tmp_path / "c.txt"))
+    _one_line(code, err, "c.txt:2", "not UTF-8")
+
+
+def test_build_input_not_utf8_names_file_and_line(capsys, tmp_path):
+    (tmp_path / "in.jsonl").write_bytes(b'{"id": "a", "question": "caf\xe9?", "ctxs": []}\n')
+    code, _, err = _run(capsys, "build", "--dataset", "mine", "--input", str(tmp_path / "in.jsonl"), "--quiet")
+    _one_line(code, err, "in.jsonl:1", "not UTF-8")

@@ -124,16 +124,16 @@ def _setup(args: argparse.Namespace) -> None:
     np.random.seed(args.seed)
 
 
-def _params(pairs: Sequence[str]) -> dict:
+def _params(pairs: Sequence[str]) -> dict[str, str]:
+    """``--param KEY=VALUE`` pairs as raw text (coerced per setting by the selector's class)."""
+    from chunksel.errors import ConfigError
+
     out = {}
     for pair in pairs:
-        if "=" not in pair:
-            raise ChunkselError(f"--param expects KEY=VALUE, got {pair!r}")
-        key, raw = pair.split("=", 1)
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--param expects KEY=VALUE, got {pair!r}")
+        out[key.strip()] = raw
     return out
 
 
@@ -183,12 +183,22 @@ def _run(args: argparse.Namespace) -> int:
         return 0
 
     if args.command == "train":
-        from chunksel.build import build_instances, features_for
-        from chunksel.selectors import make_selector
+        from pathlib import Path
 
+        from chunksel.build import build_instances, features_for
+        from chunksel.errors import ConfigError
+        from chunksel.selectors import get_selector_class
+        from chunksel.selectors.params import coerce_params
+
+        # every setting is checked before any data is built or model loaded
+        cls = get_selector_class(args.selector)
+        sel = cls(**coerce_params(cls, _params(args.param), "--param", text=True))
+        check = getattr(sel, "_validate", None)
+        if callable(check):
+            check()
+        if Path(args.out).exists() and not Path(args.out).is_dir():
+            raise ConfigError(f"--out {args.out!r} is a file; give a directory to save the selector in")
         built = build_instances(args.dataset, k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress)
-        params = _params(args.param)
-        sel = make_selector(args.selector, **params)
         feats = features_for(built.instances, sel, progress=progress)
         train = [i for i in built.instances if i.split == "train"]
         val = [i for i in built.instances if i.split == "val"]

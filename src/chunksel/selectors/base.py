@@ -34,6 +34,7 @@ import numpy as np
 from chunksel.config import json_default
 from chunksel.errors import ConfigError, DataError, MissingExtraError, NotFittedError
 from chunksel.selectors.checkpoint import state_checksums, verify_checksums
+from chunksel.selectors.params import coerce_params
 from chunksel.types import Instance, Selection, candidate_mask
 
 FORMAT_VERSION = 1
@@ -200,7 +201,12 @@ class Selector(ABC):
         if cls.name and config["name"] != cls.name:
             raise DataError(f"{path} holds a {config['name']!r} selector, not {cls.name!r}")
         verify_checksums(path, config.get("checksums"))
-        obj = cls(**config.get("params", {}))
+        cfg_path = path / "config.json"
+        params = coerce_params(cls, config.get("params", {}), str(cfg_path), error=DataError)
+        try:
+            obj = cls(**params)
+        except ConfigError as err:
+            raise DataError(f"{cfg_path}: {err}") from None
         obj._load_state(path, config.get("state", {}))
         obj.fitted_ = True
         return obj

@@ -113,3 +113,25 @@ def test_build_input_not_utf8_names_file_and_line(capsys, tmp_path):
     (tmp_path / "in.jsonl").write_bytes(b'{"id": "a", "question": "caf\xe9?", "ctxs": []}\n')
     code, _, err = _run(capsys, "build", "--dataset", "mine", "--input", str(tmp_path / "in.jsonl"), "--quiet")
     _one_line(code, err, "in.jsonl:1", "not UTF-8")
+
+
+@pytest.mark.parametrize(
+    ("param", "needles"),
+    [
+        ("bogus=1", ("--param: unknown parameter 'bogus' for selector 'prototype'", "known: k,")),
+        ("max_epochs=lots", ("parameter 'max_epochs'", "expects an integer, got 'lots'")),
+        ("tau=-1", ("tau must be > 0",)),
+        ("blocks=hs+nope", ("blocks must be a non-empty subset",)),
+        ("noequals", ("--param expects KEY=VALUE",)),
+    ],
+)
+def test_train_checks_params_before_building_or_loading(capsys, tmp_path, no_loading, param, needles):
+    code, _, err = _run(capsys, "train", "--dataset", "popqa", "--selector", "prototype",
+                        "--out", str(tmp_path / "m"), "--param", param)
+    _one_line(code, err, *needles)
+
+
+def test_train_refuses_a_file_as_out(capsys, tmp_path, no_loading):
+    (tmp_path / "f").write_text("x")
+    code, _, err = _run(capsys, "train", "--dataset", "popqa", "--selector", "random", "--out", str(tmp_path / "f"))
+    _one_line(code, err, "is a file")

@@ -131,6 +131,7 @@ def test_weights_corrupted_in_the_middle_are_refused_at_load(saved_prototype):
     path, insts, feats = saved_prototype
     cfg = json.loads((path / "config.json").read_text())
     assert set(cfg["checksums"]) == {"model.safetensors"}
+    assert np.isfinite(load_selector(path).score(insts[:3], feats)[:2]).all()  # intact: loads and scores
     _nan_in_the_middle(path / "model.safetensors")
     with pytest.raises(DataError, match=r"corrupt checkpoint .*model\.safetensors: SHA-256"):
         load_selector(path)

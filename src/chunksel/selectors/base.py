@@ -246,6 +246,10 @@ def read_config(path: str | Path) -> dict[str, Any]:
     """Read and validate a saved selector's config.json."""
     path = Path(path)
     cfg_path = path / "config.json"
+    if not path.exists():
+        raise DataError(f"{path} is not a saved selector: the directory does not exist")
+    if not path.is_dir():
+        raise DataError(f"{path} is not a saved selector: it is a file, not a directory")
     if not cfg_path.is_file():
         raise DataError(f"{path} is not a saved selector (no config.json)")
     try:

@@ -217,3 +217,17 @@ def test_neural_selector_weights_are_verified(tmp_path, toy_instances, one_threa
     _nan_in_the_middle(tmp_path / "k" / "model.safetensors")
     with pytest.raises(DataError, match=r"corrupt checkpoint .*model\.safetensors: SHA-256"):
         load_selector(tmp_path / "k")
+
+
+def test_a_damaged_lightgbm_model_file_is_a_corrupt_checkpoint(tmp_path):
+    pytest.importorskip("lightgbm")
+    from chunksel.selectors.ltr import LambdaMARTSelector
+
+    folder = tmp_path / "lm"
+    folder.mkdir()
+    (folder / "model.txt").write_text("tree\nversion=v4\nnum_class=banana\n")
+    from chunksel.selectors.letor import FEATURE_NAMES
+
+    sel = LambdaMARTSelector()
+    with pytest.raises(DataError, match=r"corrupt checkpoint .*model\.txt: "):
+        sel._load_state(folder, {"feature_names": list(FEATURE_NAMES)})

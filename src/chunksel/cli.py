@@ -2,7 +2,9 @@
 
 ``chunksel fetch-models | build | features | train | eval | bench | select | export``. Heavy
 imports happen inside each command; a :class:`~chunksel.errors.ChunkselError` is printed
-as one ``error: ...`` line (exit status 2), never as a traceback.
+as one ``error: ...`` line (exit status 2), never as a traceback. Settings that are wrong
+on their own (counts < 1, unknown or ill-typed ``--param``, a ``--model`` that is no saved
+selector, missing or non-UTF-8 input files) fail before any data is built or model loaded.
 """
 
 from __future__ import annotations
@@ -88,8 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True)
     p.add_argument("--question", required=True)
     p.add_argument("--chunk", action="append", default=[], help="a candidate chunk text (repeatable)")
-    p.add_argument("--chunks-file", default=None, help="a text file with one chunk per line")
-    p.add_argument("--top", type=int, default=1)
+    p.add_argument("--chunks-file", default=None, help="a UTF-8 text file with one chunk per line")
+    p.add_argument("--top", type=int, default=1,
+                   help="chunks to return (>= 1, default 1); only the model's first K chunks are scored: "
+                        "the rest get null scores and a warning")
     p.add_argument("--engine", default=None, choices=["torch", "onnxruntime"],
                    help="inference engine (default: the one saved with the model, torch)")
     p.add_argument("--quantize", default=None, choices=["fp32", "int8", "int8w"],

@@ -145,7 +145,7 @@ def build_instances(
         raise ConfigError(f"unknown candidates mode {candidates!r}; use retrieve or given")
     if input_path is None and dataset not in DATASETS:
         raise ConfigError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
-    droot = data_root(root)
+    droot = data_root(root) if input_path is None else None  # a user file needs no data root
     spec = DATASETS.get(dataset)
     if spec is not None and spec.corpus is None:
         candidates = "given"  # e.g. wikiqa: human-labelled candidate sentences, no corpus
@@ -295,7 +295,7 @@ def _build_from_jsonl(path: Path, dataset: str, k: int, index: str, limit, progr
         for cl in cand_lists:
             for r, c in enumerate(cl):
                 c.rank = r
-        _attach_embeddings(cand_lists, None, None, progress)
+        _attach_embeddings(cand_lists, None, None, None, progress)
         label = "given|containment"
     else:
         raise DataError(

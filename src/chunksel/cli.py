@@ -2,7 +2,9 @@
 
 ``chunksel fetch-models | build | features | train | eval | bench | select | export``. Heavy
 imports happen inside each command; a :class:`~chunksel.errors.ChunkselError` is printed
-as one ``error: ...`` line (exit status 2), never as a traceback.
+as one ``error: ...`` line (exit status 2), never as a traceback. Settings that are wrong
+on their own (counts < 1, unknown or ill-typed ``--param``, a ``--model`` that is no saved
+selector, missing or non-UTF-8 input files) fail before any data is built or model loaded.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from chunksel.errors import ChunkselError
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch/BLAS/FAISS")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch/BLAS/FAISS, >= 1 (default: no limit)")
     p.add_argument("--data-root", default=None, help="input data root (default $CHUNKSEL_DATA)")
     p.add_argument("--cache", default=None, help="cache root (default $CHUNKSEL_CACHE or ~/.cache/chunksel)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -87,8 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True)
     p.add_argument("--question", required=True)
     p.add_argument("--chunk", action="append", default=[], help="a candidate chunk text (repeatable)")
-    p.add_argument("--chunks-file", default=None, help="a text file with one chunk per line")
-    p.add_argument("--top", type=int, default=1)
+    p.add_argument("--chunks-file", default=None, help="a UTF-8 text file with one chunk per line")
+    p.add_argument("--top", type=int, default=1,
+                   help="chunks to return (>= 1, default 1); only the model's first K chunks are scored: "
+                        "the rest get null scores and a warning")
     p.add_argument("--engine", default=None, choices=["torch", "onnxruntime"],
                    help="inference engine (default: the one saved with the model, torch)")
     p.add_argument("--quantize", default=None, choices=["fp32", "int8", "int8w"],
@@ -103,7 +108,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: options that take a count: each must be >= 1 when given (checked before any work)
+_COUNTS = ("threads", "k", "limit", "batch_size", "top")
+
+
+def _check_settings(args: argparse.Namespace) -> None:
+    """Refuse impossible option values up front, before any data or model loads."""
+    from chunksel.errors import ConfigError
+
+    for name in _COUNTS:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            hint = " (leave it out for no limit)" if name == "threads" else ""
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}{hint}")
+    if not 0 <= args.seed < 2**32:
+        raise ConfigError(f"--seed must be in [0, 2**32 - 1], got {args.seed}")
+
+
 def _setup(args: argparse.Namespace) -> None:
+    _check_settings(args)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -124,17 +147,43 @@ def _setup(args: argparse.Namespace) -> None:
     np.random.seed(args.seed)
 
 
-def _params(pairs: Sequence[str]) -> dict:
+def _params(pairs: Sequence[str]) -> dict[str, str]:
+    """``--param KEY=VALUE`` pairs as raw text (coerced per setting by the selector's class)."""
+    from chunksel.errors import ConfigError
+
     out = {}
     for pair in pairs:
-        if "=" not in pair:
-            raise ChunkselError(f"--param expects KEY=VALUE, got {pair!r}")
-        key, raw = pair.split("=", 1)
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--param expects KEY=VALUE, got {pair!r}")
+        out[key.strip()] = raw
     return out
+
+
+def _eval_selector(model: str):
+    """``eval --model``: a saved selector directory, or the name of one that needs no training."""
+    from pathlib import Path
+
+    from chunksel.errors import ConfigError, DataError
+    from chunksel.selectors import REGISTRY, load_selector, make_selector
+
+    path = Path(model).expanduser()
+    if path.exists():
+        return load_selector(path)  # a file, or a directory without config.json, is named as such
+    if model not in REGISTRY:
+        if any(ch in model for ch in "/\\") or model.startswith((".", "~")):
+            raise DataError(f"--model {model!r}: the directory does not exist (expected a saved selector directory)")
+        raise ConfigError(
+            f"--model {model!r} is neither a saved selector directory (no such directory) nor a registered "
+            f"selector (known: {', '.join(sorted(REGISTRY))})"
+        )
+    sel = make_selector(model)
+    if not sel.is_fitted():
+        raise ConfigError(
+            f"selector {model!r} must be trained first: chunksel train --selector {model} --out DIR, "
+            "then chunksel eval --model DIR"
+        )
+    return sel
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -183,12 +232,22 @@ def _run(args: argparse.Namespace) -> int:
         return 0
 
     if args.command == "train":
-        from chunksel.build import build_instances, features_for
-        from chunksel.selectors import make_selector
+        from pathlib import Path
 
+        from chunksel.build import build_instances, features_for
+        from chunksel.errors import ConfigError
+        from chunksel.selectors import get_selector_class
+        from chunksel.selectors.params import coerce_params
+
+        # every setting is checked before any data is built or model loaded
+        cls = get_selector_class(args.selector)
+        sel = cls(**coerce_params(cls, _params(args.param), "--param", text=True))
+        check = getattr(sel, "_validate", None)
+        if callable(check):
+            check()
+        if Path(args.out).exists() and not Path(args.out).is_dir():
+            raise ConfigError(f"--out {args.out!r} is a file; give a directory to save the selector in")
         built = build_instances(args.dataset, k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress)
-        params = _params(args.param)
-        sel = make_selector(args.selector, **params)
         feats = features_for(built.instances, sel, progress=progress)
         train = [i for i in built.instances if i.split == "train"]
         val = [i for i in built.instances if i.split == "val"]
@@ -198,15 +257,12 @@ def _run(args: argparse.Namespace) -> int:
         return 0
 
     if args.command == "eval":
-        from pathlib import Path
-
         from chunksel.build import build_instances, features_for
         from chunksel.eval.metrics import evaluate
-        from chunksel.selectors import load_selector, make_selector
         from chunksel.types import candidate_mask, label_matrix
 
+        sel = _eval_selector(args.model)  # before the (slow) build: a bad --model fails at once
         built = build_instances(args.dataset, k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress)
-        sel = load_selector(args.model) if Path(args.model).is_dir() else make_selector(args.model)
         batch = [i for i in built.instances if i.split == args.split]
         feats = features_for(batch, sel, progress=progress)
         scores = sel.score(batch, feats)
@@ -222,16 +278,34 @@ def _run(args: argparse.Namespace) -> int:
         return 0
 
     if args.command == "select":
-        from chunksel.pipeline.chunk_selector import ChunkSelector
+        import warnings
 
+        from chunksel.data.chunks import read_chunks_file
+        from chunksel.errors import ConfigError, DataError, UnscoredChunksWarning
+        from chunksel.selectors.base import read_config
+
+        # the inputs and the saved model's config are checked before any model loads
+        if not args.question.strip():
+            raise DataError("empty question (--question)")
         chunks = list(args.chunk)
         if args.chunks_file:
-            with open(args.chunks_file, encoding="utf-8") as fh:
-                chunks += [line.rstrip("\n") for line in fh if line.strip()]
-        result = ChunkSelector.load(args.model, quantize=args.quantize, engine=args.engine).select(
-            args.question, chunks, k=args.top
-        )
-        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+            chunks += read_chunks_file(args.chunks_file)
+        if not chunks:
+            raise ConfigError("no candidate chunks: give --chunk TEXT (repeatable) or --chunks-file FILE")
+        name = read_config(args.model)["name"]
+        if name != "prototype":
+            raise ConfigError(f"{args.model} holds a {name!r} selector; chunksel select needs a prototype selector")
+        from chunksel.pipeline.chunk_selector import ChunkSelector
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnscoredChunksWarning)  # said below, in one line
+            result = ChunkSelector.load(args.model, quantize=args.quantize, engine=args.engine).select(
+                args.question, chunks, k=args.top
+            )
+        if 0 <= result.n_scored < len(chunks):
+            print(f"warning: only the first {result.n_scored} of {len(chunks)} chunks were scored (the model's "
+                  f"K={result.n_scored}); the rest have null scores and cannot be selected", file=sys.stderr)
+        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False, allow_nan=False))
         return 0
     if args.command == "export":
         from chunksel.pipeline.onnx_export import OnnxPrototype, export_prototype

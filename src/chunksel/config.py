@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from chunksel.errors import DataError
+from chunksel.errors import ConfigError, DataError
 
 T = TypeVar("T")
 
@@ -89,9 +89,15 @@ def show_progress(flag: Any = True) -> bool:
 
 
 def set_threads(n: int | None) -> None:
-    """Limit BLAS/OpenMP/torch threads for this process (``--threads``)."""
-    if not n:
+    """Limit BLAS/OpenMP/torch threads for this process (``--threads``); None: no limit.
+
+    Raises:
+        ConfigError: ``n`` < 1 (0 does not mean "no limit": leave the option out).
+    """
+    if n is None:
         return
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"--threads must be a whole number >= 1, got {n!r} (leave it out for no limit)")
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(n)
     try:

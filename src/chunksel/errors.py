@@ -27,6 +27,11 @@ class MissingExtraError(ChunkselError, ImportError):
     """An optional dependency is missing; the message names the extra to install."""
 
 
+class UnscoredChunksWarning(UserWarning):
+    """More candidate chunks were given than the model scores (its K): the rest were not
+    scored and cannot be selected."""
+
+
 def require(module: str, extra: str):
     """Import ``module`` or raise :class:`MissingExtraError` naming ``chunksel[extra]``."""
     import importlib

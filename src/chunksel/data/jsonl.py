@@ -11,7 +11,7 @@
 - Optional ``gold_ids`` / ``gold_texts`` / ``answer_type`` (``"string"`` or ``"regex"``)
   fill the same :class:`~chunksel.types.Question` fields; any other key goes to ``meta``.
 
-Every error names the file and line.
+The file must be UTF-8 (a byte-order mark is allowed). Every error names the file and line.
 """
 
 from __future__ import annotations
@@ -109,6 +109,23 @@ def parse_record(
     return q, cands
 
 
+def decode_line(raw: bytes, where: str, first: bool = False) -> str:
+    """One line of a user file as text: UTF-8 (a leading byte-order mark is dropped).
+
+    Raises:
+        DataError: the bytes are not UTF-8; the message names ``where`` (file:line),
+            the column and the offending byte.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(
+            f"{where}: not UTF-8 text (byte 0x{raw[err.start]:02x} at byte {err.start + 1} of the line); "
+            "save the file as UTF-8"
+        ) from None
+    return text[1:] if first and text.startswith("\ufeff") else text
+
+
 def iter_user_jsonl(
     path: str | os.PathLike, dataset: str = "user"
 ) -> Iterator[tuple[Question, list[Candidate] | None]]:
@@ -117,11 +134,12 @@ def iter_user_jsonl(
     if not path.is_file():
         raise DataError(f"input file {str(path)!r} not found")
     seen: set[str] = set()
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            where = f"{path}:{lineno}"
+            line = decode_line(raw, where, first=lineno == 1)
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as err:

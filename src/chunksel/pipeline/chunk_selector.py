@@ -7,10 +7,14 @@ caller: ``chunk_embeddings=`` (the retriever's own vectors) and ``features=`` (`
 "r"}`` from the caller's own LLM pass). The warm-up result is kept on the returned
 selection, so the caller can continue generation from its KV cache
 (:func:`chunksel.features.kv.generate_with_reuse`).
+
+The model scores the first K chunks it is given (K: the selector's ``k``); chunks past
+K get a ``null`` score, are never selected, and a warning says how many were left out.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from chunksel.errors import ConfigError, DataError
+from chunksel.errors import ConfigError, DataError, UnscoredChunksWarning
 from chunksel.features.base import InMemoryFeatures
 from chunksel.selectors.base import selection_from_scores
 from chunksel.types import Candidate, Instance, Question
@@ -26,23 +30,34 @@ from chunksel.types import Candidate, Instance, Question
 
 @dataclass
 class ChunkSelection:
-    """The chosen chunk(s) of one question, best first, with every chunk's score."""
+    """The chosen chunk(s) of one question, best first, with every chunk's score.
+
+    ``all_scores`` has one entry per given chunk: ``None`` for a chunk the model did not
+    score (past its K; see :meth:`ChunkSelector.select`). ``n_scored`` counts the scored
+    ones. :meth:`to_dict` is valid JSON (no NaN or infinities).
+    """
 
     question: str
     indices: list[int]
     chunks: list[str]
     scores: list[float]
-    all_scores: list[float]
+    all_scores: list[float | None]
     warm_up: Any = field(default=None, repr=False)
+    n_scored: int = -1
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "question": self.question,
             "indices": self.indices,
             "chunks": self.chunks,
-            "scores": self.scores,
-            "all_scores": self.all_scores,
+            "scores": [_json_score(s) for s in self.scores],
+            "all_scores": [_json_score(s) for s in self.all_scores],
         }
+
+
+def _json_score(s: float | None) -> float | None:
+    """A score as JSON allows it: a finite float, else None (null)."""
+    return float(s) if s is not None and np.isfinite(s) else None
 
 
 class ChunkSelector:
@@ -114,8 +129,20 @@ class ChunkSelector:
                 here); encoded from ``chunks`` when absent.
             features: ``{"h": (d_h,), "r": (d_r,)}`` from the caller's warm-up pass;
                 computed with the generator when absent.
-            k: how many chunks to return.
+            k: how many chunks to return (at most the number of scored chunks).
+
+        Only the first K chunks in the given order (K: the ``k`` the selector was
+        trained with) are scored; any further chunk gets a ``None`` score, is never
+        selected, and an :class:`~chunksel.errors.UnscoredChunksWarning` says how many
+        were left out. Put the retriever's best chunks first.
+
+        Raises:
+            ConfigError: ``k`` < 1.
+            DataError: an empty question, no chunks, or scores that are NaN (a corrupt
+                model or non-finite features).
         """
+        if k < 1:
+            raise ConfigError(f"k must be >= 1, got {k}")
         if not question or not question.strip():
             raise DataError("empty question")
         if chunk_embeddings is None:
@@ -147,16 +174,25 @@ class ChunkSelector:
             ],
         )
         scores = self.selector.score([inst], feats)[0]
-        if k < 1:
-            raise ConfigError(f"k must be >= 1, got {k}")
-        sel = selection_from_scores(inst, scores, k)
+        n_scored = min(len(texts), int(self.selector.layout_.k))
+        if n_scored < len(texts):
+            warnings.warn(
+                f"{len(texts) - n_scored} of {len(texts)} chunks were not scored: the model scores the first "
+                f"K={n_scored} chunks in the order given (the rest get null scores and are never selected)",
+                UnscoredChunksWarning,
+                stacklevel=2,
+            )
+        sel = selection_from_scores(inst, scores[:n_scored], k)
+        keep = [j for j, s in enumerate(sel.scores) if np.isfinite(s)]  # never a -inf (unscorable) chunk
+        indices = [sel.indices[j] for j in keep]
         return ChunkSelection(
             question=question,
-            indices=sel.indices,
-            chunks=[texts[i] for i in sel.indices],
-            scores=sel.scores,
-            all_scores=[float(s) for s in scores[: len(texts)]],
+            indices=indices,
+            chunks=[texts[i] for i in indices],
+            scores=[sel.scores[j] for j in keep],
+            all_scores=[float(s) if i < n_scored else None for i, s in enumerate(scores[: len(texts)])],
             warm_up=warm,
+            n_scored=n_scored,
         )
 
     def answer(self, question: str, chunks: Sequence[str], max_new_tokens: int = 32) -> tuple[str, ChunkSelection]:

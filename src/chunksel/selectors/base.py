@@ -9,8 +9,9 @@ Contract (DESIGN.md "One selector interface"):
   K the longest candidate list in the batch; padded slots are ``-inf``.
 - ``select(batch, features=None, k=1)`` returns one :class:`Selection` per instance with
   ``min(k, real candidates)`` distinct candidates; ties go to the better retrieval rank.
-- ``save(path)`` writes ``config.json`` (name, format version, settings) plus the
-  selector's own state files; ``load(path)`` rebuilds ``cls(**settings)`` and reads them.
+- ``save(path)`` writes ``config.json`` (name, format version, settings, the SHA-256 of
+  each state file) plus the selector's own state files; ``load(path)`` checks the
+  digests, rebuilds ``cls(**settings)`` and reads them.
 
 This module never imports torch.
 """
@@ -20,6 +21,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
+import shutil
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +33,8 @@ import numpy as np
 
 from chunksel.config import json_default
 from chunksel.errors import ConfigError, DataError, MissingExtraError, NotFittedError
+from chunksel.selectors.checkpoint import state_checksums, verify_checksums
+from chunksel.selectors.params import coerce_params
 from chunksel.types import Instance, Selection, candidate_mask
 
 FORMAT_VERSION = 1
@@ -107,7 +113,11 @@ class Selector(ABC):
     def score(
         self, batch: Sequence[Instance], features: QuestionFeatures | None = None
     ) -> np.ndarray:
-        """(B, K) float64 scores, higher = better, ``-inf`` at padded slots."""
+        """(B, K) float64 scores, higher = better, ``-inf`` at padded slots.
+
+        Raises:
+            DataError: a real candidate's score is NaN (never a silent pick).
+        """
         self._check_fitted()
         batch = list(batch)
         if not batch:
@@ -123,6 +133,14 @@ class Selector(ABC):
         out = np.full((len(batch), k), -np.inf)
         out[:, : raw.shape[1]] = raw
         out[~mask] = -np.inf
+        nan = np.isnan(out)
+        if nan.any():
+            b, j = (int(x[0]) for x in np.nonzero(nan))
+            raise DataError(
+                f"selector {self.name!r} scored NaN for candidate {batch[b].candidates[j].id!r} of "
+                f"instance {batch[b].id!r} ({int(nan.sum())} NaN scores in all): its weights or "
+                "input features are not finite (a corrupt checkpoint?), so nothing can be selected"
+            )
         return out
 
     def select(
@@ -139,7 +157,13 @@ class Selector(ABC):
 
     # --------------------------------------------------------------- save/load
     def save(self, path: str | Path) -> None:
-        """Write ``config.json`` and the selector's state files into directory ``path``."""
+        """Write the selector's state files and ``config.json`` into directory ``path``.
+
+        The state files are written into a staging folder first, so every file
+        :meth:`_save_state` writes is known: their SHA-256 digests go into
+        ``config.json`` (``"checksums"``), which is written last, and :meth:`load`
+        checks them (:mod:`chunksel.selectors.checkpoint`).
+        """
         self._check_fitted()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -149,17 +173,40 @@ class Selector(ABC):
             "params": self.get_params(),
             "state": self._state_config(),
         }
-        (path / "config.json").write_text(json.dumps(config, indent=2, default=json_default))
-        self._save_state(path)
+        staging = Path(tempfile.mkdtemp(prefix=".saving-", dir=path))
+        try:
+            self._save_state(staging)
+            checksums = state_checksums(staging)
+            if "config.json" in checksums:
+                raise RuntimeError(f"{type(self).__name__}._save_state must not write config.json")
+            for rel in checksums:
+                (path / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staging / rel, path / rel)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        config["checksums"] = checksums
+        tmp = path / "config.json.tmp"
+        tmp.write_text(json.dumps(config, indent=2, default=json_default))
+        os.replace(tmp, path / "config.json")
 
     @classmethod
     def load(cls: type[S], path: str | Path) -> S:
-        """Rebuild a saved selector (the class must match the saved ``name``)."""
+        """Rebuild a saved selector (the class must match the saved ``name``).
+
+        The state files' SHA-256 digests recorded at save time are checked first (saves
+        without them load unchecked).
+        """
         path = Path(path)
         config = read_config(path)
         if cls.name and config["name"] != cls.name:
             raise DataError(f"{path} holds a {config['name']!r} selector, not {cls.name!r}")
-        obj = cls(**config.get("params", {}))
+        verify_checksums(path, config.get("checksums"))
+        cfg_path = path / "config.json"
+        params = coerce_params(cls, config.get("params", {}), str(cfg_path), error=DataError)
+        try:
+            obj = cls(**params)
+        except ConfigError as err:
+            raise DataError(f"{cfg_path}: {err}") from None
         obj._load_state(path, config.get("state", {}))
         obj.fitted_ = True
         return obj
@@ -199,6 +246,10 @@ def read_config(path: str | Path) -> dict[str, Any]:
     """Read and validate a saved selector's config.json."""
     path = Path(path)
     cfg_path = path / "config.json"
+    if not path.exists():
+        raise DataError(f"{path} is not a saved selector: the directory does not exist")
+    if not path.is_dir():
+        raise DataError(f"{path} is not a saved selector: it is a file, not a directory")
     if not cfg_path.is_file():
         raise DataError(f"{path} is not a saved selector (no config.json)")
     try:

@@ -264,5 +264,8 @@ class LambdaMARTSelector(_LetorSelector):
         model_file = path / "model.txt"
         if not model_file.is_file():
             raise DataError(f"{path}: missing LightGBM model file model.txt")
-        self.booster_ = lgb.Booster(model_file=str(model_file))
+        try:
+            self.booster_ = lgb.Booster(model_file=str(model_file))
+        except Exception as err:  # LightGBMError on a damaged model file
+            raise DataError(f"corrupt checkpoint {model_file}: {str(err).splitlines()[0] if str(err) else err!r}") from None
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from chunksel.errors import ConfigError, DataError, require
 from chunksel.selectors.base import QuestionFeatures, Selector
+from chunksel.selectors.checkpoint import check_safetensors_header, load_state_dict_checked
 from chunksel.types import Instance
 
 _WEIGHTS = "model.safetensors"
@@ -139,7 +140,7 @@ class _NeuralSelector(Selector):
         from chunksel.training.ranking import score_ranking_data
 
         scores = score_ranking_data(self.model_, self._data(batch, False), self.batch_size)
-        return np.where(np.isfinite(scores), scores, 0.0)
+        return np.where(np.isinf(scores), 0.0, scores)  # NaN stays: Selector.score refuses it
 
     # -------------------------------------------------------------- save/load
     def _state_config(self) -> dict[str, Any]:
@@ -164,11 +165,13 @@ class _NeuralSelector(Selector):
         file = path / _WEIGHTS
         if not file.is_file():
             raise DataError(f"{path}: missing {_WEIGHTS}")
+        check_safetensors_header(file)
         self.model_ = self._build(init_weights=False)
         try:
-            self.model_.load_state_dict(load_file(str(file)))
-        except RuntimeError as err:
-            raise DataError(f"{file}: weights do not match the saved settings ({str(err).splitlines()[0]})") from None
+            tensors = load_file(str(file))
+        except Exception as err:  # safetensors raises its own error types
+            raise DataError(f"corrupt checkpoint {file}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+        load_state_dict_checked(self.model_, tensors, file)
         self.model_.eval()
 
 

@@ -40,6 +40,7 @@ from torch import nn
 from chunksel.errors import ConfigError, DataError
 from chunksel.nn.prototype import InferenceMLP, PrototypeMLP
 from chunksel.selectors.base import QuestionFeatures, Selector
+from chunksel.selectors.checkpoint import check_safetensors_header, load_state_dict_checked
 from chunksel.training.budgets import BLOCKS, FeatureLayout, budget_mask, gradient_importance
 from chunksel.training.trainer import (
     DEFAULT_TAU,
@@ -531,6 +532,7 @@ class PrototypeSelector(Selector):
                 f"{path}: prototype format {state.get('prototype_format')!r} is not supported "
                 f"(this chunksel reads {PROTOTYPE_FORMAT})"
             )
+        check_safetensors_header(file)
         try:
             tensors = load_file(str(file))
         except Exception as err:  # safetensors raises its own error types
@@ -542,7 +544,9 @@ class PrototypeSelector(Selector):
             self.scaler_ = StandardScaler(tensors["scaler.mean"].numpy(), tensors["scaler.scale"].numpy())
             self.importance_ = tensors["importance"].double().numpy() if "importance" in tensors else None
             model = PrototypeMLP(int(self.feature_mask_.sum()), self.layout_.d_e, self.hidden, self.depth, self.dropout)
-            model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=True)
+            load_state_dict_checked(model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, file)
+        except DataError:
+            raise
         except (KeyError, RuntimeError, ValueError) as err:
             msg = str(err).splitlines()[0]
             raise DataError(f"corrupt checkpoint {file}: {msg}") from None

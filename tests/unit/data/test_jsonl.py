@@ -76,3 +76,18 @@ def test_build_alias(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="not found"):
         load_user_jsonl(tmp_path / "nope.jsonl")
+
+
+def test_non_utf8_bytes_name_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.jsonl"
+    good = json.dumps({"id": "a", "question": "fine"}).encode()
+    bad = json.dumps({"id": "b", "question": "caf\u00e9"}, ensure_ascii=False).encode("latin-1")
+    path.write_bytes(good + b"\n" + bad + b"\n")
+    with pytest.raises(DataError, match=r"latin1\.jsonl:2: not UTF-8 text \(byte 0xe9"):
+        load_user_jsonl(path)
+
+
+def test_a_utf8_byte_order_mark_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "a", "question": "caf\u00e9?"}, ensure_ascii=False).encode())
+    assert load_user_jsonl(path)[0][0].text == "caf\u00e9?"

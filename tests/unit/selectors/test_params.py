@@ -1,0 +1,71 @@
+"""Selector settings are checked against the constructor: names and kinds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chunksel.errors import ConfigError, DataError
+from chunksel.selectors import REGISTRY, get_selector_class, load_selector, make_selector
+from chunksel.selectors.params import coerce_params, param_kinds
+
+
+def test_kinds_come_from_the_annotations():
+    kinds = param_kinds(get_selector_class("prototype"))
+    assert kinds["k"] == ["int"] and kinds["budget"] == ["float", "none"]
+    assert kinds["blocks"] == ["str", "seq_str"] and kinds["progress"] == ["bool"]
+
+
+def test_command_line_text_is_coerced_per_setting():
+    cls = get_selector_class("prototype")
+    got = coerce_params(cls, {"max_epochs": "3", "lr": "1e-3", "budget": "null", "progress": "false",
+                              "blocks": "hs+chunk", "label": "containment|gold", "device": "0", "k": "4.0"},
+                        "--param", text=True)
+    assert got == {"max_epochs": 3, "lr": 1e-3, "budget": None, "progress": False, "blocks": "hs+chunk",
+                   "label": "containment|gold", "device": "0", "k": 4}
+    assert coerce_params(cls, {"blocks": '["hs", "chunk"]'}, "--param", text=True) == {"blocks": ["hs", "chunk"]}
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"bogus": "1"}, r"--param: unknown parameter 'bogus' for selector 'prototype'; known: k, blocks"),
+        ({"max_epoch": "3"}, r"unknown parameter 'max_epoch' .*did you mean 'max_epochs'"),
+        ({"max_epochs": "lots"}, r"--param: parameter 'max_epochs' of selector 'prototype' expects an integer, got 'lots'"),
+        ({"budget": "ten"}, r"parameter 'budget' .* expects a number or null, got 'ten'"),
+        ({"progress": "maybe"}, r"parameter 'progress' .* expects true or false"),
+        ({"k": "2.5"}, r"parameter 'k' .* expects an integer, got '2.5'"),
+    ],
+)
+def test_bad_settings_name_the_parameter(params, message):
+    with pytest.raises(ConfigError, match=message):
+        coerce_params(get_selector_class("prototype"), params, "--param", text=True)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_selector_default_settings_pass_unchanged(name):
+    cls = get_selector_class(name)
+    params = json.loads(json.dumps(cls().get_params(), default=list))  # as config.json holds them
+    assert coerce_params(cls, params, "config.json") == params
+
+
+def test_saved_config_with_unknown_or_null_params_is_one_clear_error(tmp_path):
+    make_selector("random", seed=3).save(tmp_path / "r")
+    cfg_path = tmp_path / "r" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["params"] = {"seed": 3, "bogus": 1}
+    cfg_path.write_text(json.dumps(cfg))
+    with pytest.raises(DataError, match=r"config\.json: unknown parameter 'bogus' for selector 'random'; known: seed"):
+        load_selector(tmp_path / "r")
+    cfg["params"] = None
+    cfg_path.write_text(json.dumps(cfg))
+    with pytest.raises(DataError, match=r"config\.json: the settings of selector 'random' must be a JSON object, got null"):
+        load_selector(tmp_path / "r")
+    cfg["params"] = {"seed": "three"}
+    cfg_path.write_text(json.dumps(cfg))
+    with pytest.raises(DataError, match=r"config\.json: parameter 'seed' of selector 'random' expects an integer"):
+        load_selector(tmp_path / "r")
+    cfg["params"] = {"seed": 3.0}  # a whole number written as a float still loads
+    cfg_path.write_text(json.dumps(cfg))
+    assert load_selector(tmp_path / "r").seed == 3

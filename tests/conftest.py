@@ -50,6 +50,7 @@ def make_toy_instances(n: int = 24, k: int = 5, dim: int = 8, seed: int = 0) -> 
     question-specific direction; the last instance has only k-2 candidates (padding).
     """
     rng = np.random.default_rng(seed)
+    q_rng = np.random.default_rng(seed + 10_000)  # question embeddings: a stream of their own
     words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
     out = []
     for i in range(n):
@@ -70,6 +71,8 @@ def make_toy_instances(n: int = 24, k: int = 5, dim: int = 8, seed: int = 0) -> 
             )
         split = ("train", "train", "train", "val", "test")[i % 5]
         q = Question(id=f"toy:q:{i}", text=f"what is the {key} answer", answers=[key], dataset="toy")
+        q_emb = q_rng.normal(size=dim).astype(np.float32)
+        q.embedding = q_emb / np.linalg.norm(q_emb)
         out.append(Instance(question=q, candidates=cands, split=split, label_source="containment"))
     return out
 

@@ -4,23 +4,31 @@ Stages, each printing its progress and each reusing the caches below it:
 
 1. **instances** per dataset (:func:`chunksel.build.build_instances`, flat index, K=5,
    a deterministic sample that keeps the splits: ``quick`` <= 500 questions a dataset,
-   ``full`` <= 3,000);
+   ``full`` <= 3,000, ``large`` every question);
 2. **generator features** of every sampled question (SmolLM2 warm-up pass, feature store);
 3. **Table 1**: every selector trained on the dataset's training split (validation for
-   early stopping), evaluated on its test split; trained selectors over the profile's
-   seeds; cost (parameters, saved size, batch-1 one-thread latency, query-side cost);
-4. **Table 2**: prototype ablations (feature blocks); **Table 3**: feature budgets;
-5. **pooled training**: the prototype selector and the strongest trained baseline
+   early stopping / model selection), evaluated on its test split and on its validation
+   split; trained selectors over the profile's seeds; cost (parameters, saved size,
+   batch-1 one-thread latency, query-side cost);
+4. **Table 2**: the paper prototype's ablations (feature blocks) and **Table 3** its
+   feature budgets, over the profile's ablation seeds; **the generator ablation** of the
+   anchored flagship (with and without h and r, Table 1's seeds, paired intervals);
+5. **pooled training**: both prototype selectors and the strongest trained baseline
    trained on the union of the training splits, evaluated per dataset;
-6. **significance** of the prototype selector against the strongest baseline per
-   dataset (paired bootstrap 95% interval, exact McNemar);
-7. ``report.md``, ``results.json`` and the plots (:mod:`chunksel.eval.report`).
+6. **significance** of the flagship and of the paper prototype against the strongest
+   baseline of each dataset, *chosen on validation* (paired bootstrap 95% interval over
+   the per-instance hit rate averaged over seeds; exact McNemar on the seeds' majority);
+7. **learning curves** (profiles that ask for them): test rank-1 against the number of
+   usable training instances;
+8. ``report.md``, ``results.json`` and the plots (:mod:`chunksel.eval.report`).
 
 Every fit + evaluation is memoised under ``<cache>/bench/`` (key: selector settings,
 seed, the exact instances, the question features and a hash of the package's code), so a
 warm re-run only rebuilds the report; ``--no-reuse`` retrains everything.
 
 Accuracy is rank-1 accuracy over answerable test instances (>= 1 positive among K).
+Nothing is tuned or chosen on test: every choice (early stopping, the anchored model's
+selection, the strongest baseline) reads the validation split.
 """
 
 from __future__ import annotations
@@ -43,9 +51,18 @@ from chunksel.errors import ConfigError
 DATASETS: tuple[str, ...] = ("triviaqa", "popqa", "msmarco", "nq", "squad2", "hotpotqa")
 SELECTORS: tuple[str, ...] = (
     "retrieval", "random", "oracle", "bm25", "ranksvm", "lambdamart", "knrm", "drmm", "duet", "prototype",
+    "anchored",
 )
+#: the flagship (retrieval-anchored prototype) and the paper's configuration (reproduction)
+FLAGSHIP = "anchored"
+REPRODUCTION = "prototype"
 #: selectors that are not baselines for the significance comparison
-NOT_BASELINES = {"oracle", "random", "prototype"}
+NOT_BASELINES = {"oracle", "random", REPRODUCTION, FLAGSHIP}
+#: the flagship's generator ablation: its blocks with and without h and r
+GENERATOR_ABLATION: dict[str, tuple[str, ...]] = {
+    "with h, r": ("hs", "rw", "q", "chunk", "letor"),
+    "without h, r": ("q", "chunk", "letor"),
+}
 ABLATIONS: dict[str, tuple[str, ...]] = {
     "HS": ("hs",),
     "RW": ("rw",),
@@ -62,27 +79,42 @@ class Profile:
     """A benchmark profile.
 
     Attributes:
-        limit: questions per dataset (a deterministic sample keeping the splits).
-        seeds: seeds for the trained selectors of Table 1.
-        budgets: feature budgets (% of the input) for Table 3 (1 seed).
+        limit: questions per dataset (a deterministic sample keeping the splits); None:
+            every question.
+        seeds: seeds for the trained selectors of Table 1 (and the generator ablation).
+        budgets: feature budgets (% of the input) for Table 3.
         latency_queries: test instances timed at batch 1 per selector.
         k: candidates per question.
+        ablation_seeds: seeds of Tables 2 and 3 (the paper prototype's ablations); empty:
+            no Tables 2 and 3.
+        curve_datasets: datasets of the learning curves (empty: none).
+        curve_sizes: usable training instances per curve point (None: all).
+        curve_selectors: the selectors on the learning curves.
         overrides: selector name -> settings replacing its defaults (e.g. small models
             in tests).
     """
 
     name: str
-    limit: int
+    limit: int | None
     seeds: tuple[int, ...]
     budgets: tuple[int, ...]
     latency_queries: int = 100
     k: int = 5
+    ablation_seeds: tuple[int, ...] = (0,)
+    curve_datasets: tuple[str, ...] = ()
+    curve_sizes: tuple[int | None, ...] = ()
+    curve_selectors: tuple[str, ...] = (REPRODUCTION, FLAGSHIP, "lambdamart")
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 PROFILES = {
-    "quick": Profile("quick", limit=500, seeds=(0,), budgets=(10, 20, 30, 40, 50, 60, 70, 80, 90, 100), latency_queries=50),
-    "full": Profile("full", limit=3000, seeds=(0, 1, 2), budgets=(10, 20, 30, 40, 50, 60, 70, 80, 90, 100)),
+    "quick": Profile("quick", limit=500, seeds=(0,), budgets=(10, 20, 30, 40, 50, 60, 70, 80, 90, 100),
+                     latency_queries=50),
+    "full": Profile("full", limit=3000, seeds=(0, 1, 2), budgets=(10, 30, 50, 70, 100),
+                    ablation_seeds=(0, 1, 2), curve_datasets=("triviaqa", "nq"),
+                    curve_sizes=(250, 500, 1000, None)),
+    "large": Profile("large", limit=None, seeds=(0, 1, 2), budgets=(), ablation_seeds=(),
+                     curve_datasets=("triviaqa", "nq"), curve_sizes=(500, 1000, 2000, 4000, None)),
 }
 
 
@@ -248,7 +280,7 @@ def run_bench(
     from chunksel.selectors import get_selector_class
 
     if profile not in PROFILES:
-        raise ConfigError(f"unknown profile {profile!r}; use quick or full")
+        raise ConfigError(f"unknown profile {profile!r}; use {', '.join(PROFILES)}")
     prof = PROFILES[profile]
     datasets = list(datasets or DATASETS)
     selectors = list(selectors or SELECTORS)
@@ -262,7 +294,7 @@ def run_bench(
     built = {}
     for ds in datasets:
         t0 = time.time()
-        _say(f"instances: {ds} (limit {prof.limit}, K={prof.k})")
+        _say(f"instances: {ds} (limit {prof.limit or 'none'}, K={prof.k})")
         built[ds] = build_instances(ds, k=prof.k, index="flat", limit=prof.limit, seed=seed, progress=progress)
         s = built[ds].stats["all"]
         _say(f"  {s['questions']} questions, answerable@{prof.k} {s['answerable_pct']:.1f}%, "
@@ -271,7 +303,7 @@ def run_bench(
 
     # 2. generator features (only if a selector reads them)
     features = None
-    needs_warmup = any(getattr(get_selector_class(n), "query_cost", "none") == "warmup" for n in selectors)
+    needs_warmup = any("warmup" in getattr(get_selector_class(n), "query_cost", "none") for n in selectors)
     if needs_warmup:
         t0 = time.time()
         questions = [i.question for ds in datasets for i in built[ds].instances]
@@ -303,173 +335,330 @@ def run_study(
     t_start: float | None = None,
     reuse: bool = False,
 ) -> Path:
-    """Tables 1-3, pooled training, significance and the report, on built instances.
+    """Table 1, the ablations, pooled training, significance, learning curves and the
+    report, on built instances.
 
     Args:
         instances: dataset name -> its instances (with splits), in report order.
         selectors: registered selector names.
-        prof: the profile (seeds, budgets, latency sample size).
+        prof: the profile (seeds, budgets, latency sample size, curves).
         features: question features for selectors that read the warm-up pass.
         reuse: reuse (and store) memoised fit + evaluation results (see ``_Memo``).
     """
-    from chunksel.eval.report import (
-        format_table1,
-        metrics_to_percent,
-        significance_entry,
-        write_report,
-    )
-    from chunksel.selectors import get_selector_class
+    from chunksel.eval.report import format_table1, write_report
 
     extra_config = extra_config or {}
     timings = timings if timings is not None else {}
     t_start = t_start or time.time()
-    datasets = list(instances)
-    splits = {
-        ds: {sp: [i for i in instances[ds] if i.split == sp] for sp in ("train", "val", "test")}
-        for ds in datasets
-    }
-    memo = _Memo(reuse, {"code": _code_fingerprint(), "features": _features_fingerprint(features) if reuse else None})
-    split_fp = {
-        ds: {sp: _instances_fingerprint(v) for sp, v in splits[ds].items()} if reuse else {} for ds in datasets
-    }
-
-    # 3. Table 1
-    table1: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
-    hits: dict[str, dict[str, np.ndarray]] = {}
-    answerable: dict[str, np.ndarray] = {}
-    for name in selectors:
-        cls = get_selector_class(name)
-        seeds = prof.seeds if cls.requires_fit else (seed,)
-        row: dict[str, Any] = {"per_dataset": {}}
-        for ds in datasets:
-            t0 = time.time()
-            accs = []
-            for s in seeds:
-                want_cost = s == seeds[0] and ds == datasets[0]
-                key = memo.key(stage="table1", data=split_fp[ds], cost=want_cost, **_settings_of(name, s, prof))
-                res = memo.get(key)
-                if res is None:
-                    sel = _make(name, s, progress, prof)
-                    sp = splits[ds]
-                    sel.fit(sp["train"], features, sp["val"])
-                    metrics, h, ans = _eval(sel, sp["test"], features)
-                    cost = _cost(sel, sp["test"], features, prof.latency_queries) if want_cost else None
-                    res = memo.put(key, {"metrics": metrics, "hits": h, "answerable": ans, "cost": cost})
-                metrics = res["metrics"]
-                accs.append(100.0 * metrics["accuracy"])
-                if s == seeds[0]:
-                    hits.setdefault(name, {})[ds] = np.asarray(res["hits"], dtype=bool)
-                    answerable[ds] = np.asarray(res["answerable"], dtype=bool)
-                    extra.setdefault(name, {})[ds] = {
-                        key: v for key, v in metrics_to_percent(metrics).items()
-                        if key not in ("n", "answerable", "contested")
-                    }
-                    if want_cost:
-                        row.update(res["cost"])
-            row["per_dataset"][ds] = {"seeds": accs, "n": int(metrics["answerable"])}
-            timings[f"table1:{name}:{ds}"] = time.time() - t0
-            _say(f"table 1: {name:<10} {ds:<9} {np.mean(accs):6.2f}%  ({time.time() - t0:.1f}s)")
-        table1[name] = row
-
-    # 4. Table 2 (ablations) and Table 3 (budgets) of the prototype selector
-    table2: dict[str, Any] = {}
-    table3: dict[str, Any] = {}
-    if "prototype" in selectors:
-        for label, blocks in ABLATIONS.items():
-            table2[label] = {}
-            for ds in datasets:
-                key = memo.key(stage="table2", data=split_fp[ds],
-                               **_settings_of("prototype", seed, prof, blocks=list(blocks)))
-                acc = memo.get(key)
-                if acc is None:
-                    sel = _make("prototype", seed, progress, prof, blocks=list(blocks))
-                    sel.fit(splits[ds]["train"], features, splits[ds]["val"])
-                    acc = memo.put(key, 100.0 * _eval(sel, splits[ds]["test"], features)[0]["accuracy"])
-                table2[label][ds] = acc
-            _say(f"table 2: {label:<12} " + " ".join(f"{ds} {v:.2f}" for ds, v in table2[label].items()))
-        from chunksel.training.budgets import run_budgets
-
-        settings = {"seed": seed, "progress": progress, **prof.overrides.get("prototype", {})}
-        for ds in datasets:
-            sp = splits[ds]
-            key = memo.key(stage="table3", data=split_fp[ds], budgets=list(prof.budgets),
-                           **_settings_of("prototype", seed, prof))
-            points = memo.get(key)
-            if points is None:
-                points = memo.put(key, [
-                    {"budget": res.budget, "dims": res.dims,
-                     "acc": 100.0 * _eval(res.selector, sp["test"], features)[0]["accuracy"]}
-                    for res in run_budgets(sp["train"], features, sp["val"], budgets=prof.budgets, **settings)
-                ])
-            for p in points:
-                entry = table3.setdefault(str(int(p["budget"])), {"dims": p["dims"], "per_dataset": {}})
-                entry["per_dataset"][ds] = p["acc"]
-            _say(f"table 3: {ds:<9} " + " ".join(
-                f"{b}%:{e['per_dataset'][ds]:.1f}" for b, e in table3.items()))
-
-    # strongest baseline (highest mean accuracy over datasets)
-    def mean_acc(name: str) -> float:
-        return float(np.mean([np.mean(table1[name]["per_dataset"][d]["seeds"]) for d in datasets]))
-
+    study = _Study(instances, list(selectors), prof, features, seed, progress, reuse, timings)
+    table1 = study.table1()
     baselines = [n for n in selectors if n not in NOT_BASELINES]
-    strongest = max(baselines, key=mean_acc) if baselines else None
-    trained_baselines = [n for n in baselines if get_selector_class(n).requires_fit]
-    strongest_trained = max(trained_baselines, key=mean_acc) if trained_baselines else None
-
-    # 5. pooled training
-    pooled: dict[str, Any] = {}
-    if len(datasets) > 1:
-        pool_train = [i for ds in datasets for i in splits[ds]["train"]]
-        pool_val = [i for ds in datasets for i in splits[ds]["val"]]
-        for name in [n for n in ("prototype", strongest_trained) if n and n in selectors]:
-            key = memo.key(stage="pooled", data=[split_fp[ds] for ds in datasets], **_settings_of(name, seed, prof))
-            accs = memo.get(key)
-            if accs is None:
-                sel = _make(name, seed, progress, prof)
-                sel.fit(pool_train, features, pool_val)
-                accs = memo.put(key, {
-                    ds: 100.0 * _eval(sel, splits[ds]["test"], features)[0]["accuracy"] for ds in datasets
-                })
-            pooled[name] = {
-                "per_dataset": {ds: float(np.mean(table1[name]["per_dataset"][ds]["seeds"])) for ds in datasets},
-                "pooled": accs,
-            }
-            _say(f"pooled: {name} " + " ".join(f"{ds} {v:.2f}" for ds, v in pooled[name]["pooled"].items()))
-
-    # 6. significance: prototype vs the strongest baseline of each dataset
-    significance: dict[str, Any] = {}
-    if "prototype" in selectors and baselines:
-        for ds in datasets:
-            best = max(baselines, key=lambda n: np.mean(table1[n]["per_dataset"][ds]["seeds"]))
-            ans = answerable[ds]
-            significance[ds] = significance_entry(
-                "prototype", best, hits["prototype"][ds][ans], hits[best][ds][ans], seed=seed
-            )
-
+    strongest = study.strongest(baselines)
     results = {
         "title": f"chunksel benchmark ({prof.name} profile)",
-        "config": {"profile": asdict(prof), "datasets": datasets, "selectors": list(selectors), "seed": seed,
+        "config": {"profile": asdict(prof), "datasets": study.datasets, "selectors": list(selectors), "seed": seed,
                    "generator": extra_config.get("generator"),
                    "instances": extra_config.get("instances"),
                    "feature_dims": getattr(features, "dims", None),
                    "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}},
         "git_commit": _git_commit(),
         "data_checksums": extra_config.get("data_checksums", {}),
-        "datasets": datasets,
+        "datasets": study.datasets,
+        "flagship": FLAGSHIP if FLAGSHIP in selectors else None,
         "strongest_baseline": strongest,
+        "strongest_baseline_by": "validation rank-1 accuracy (mean over datasets and seeds)",
+        "strongest_per_dataset": {ds: study.strongest(baselines, ds) for ds in study.datasets},
         "instance_stats": extra_config.get("instance_stats", {}),
         "table1": table1,
-        "table2": table2,
-        "table3": table3,
-        "pooled": pooled,
-        "significance": significance,
-        "extra_metrics": extra,
-        "timings_s": {**timings, "total": time.time() - t_start},
-        "reused_results": memo.hits,
+        "table2": study.table2() if REPRODUCTION in selectors else {},
+        "table3": study.table3() if REPRODUCTION in selectors else {},
+        "generator_ablation": study.generator_ablation() if FLAGSHIP in selectors else {},
+        "pooled": study.pooled(baselines),
+        "significance": study.significance(baselines),
+        "learning_curve": study.learning_curves(),
+        "extra_metrics": study.extra,
+        "timings_s": timings,
+        "reused_results": 0,
     }
+    results["timings_s"] = {**timings, "total": time.time() - t_start}
+    results["reused_results"] = study.memo.hits
     path = write_report(results, out_dir)
     print()
     print(format_table1(results))
     _say(f"report: {path} ({time.time() - t_start:.0f}s)")
     return Path(out_dir)
+
+
+def combine_hits(per_seed: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-instance hits of several seeds -> (hit rate averaged over seeds, majority hit).
+
+    The significance tests take the seeds together this way: the paired bootstrap
+    resamples instances of the averaged hit rate (so its interval reflects the seeds'
+    mean accuracy), McNemar's exact test reads the seeds' majority (a hit when more than
+    half of the seeds hit; with one seed, its hits).
+    """
+    stack = np.stack([np.asarray(h, dtype=np.float64) for h in per_seed])
+    rate = stack.mean(axis=0)
+    return rate, rate > 0.5
+
+
+class _Study:
+    """The stages of :func:`run_study`, sharing the splits, the memo and the hits."""
+
+    def __init__(self, instances, selectors, prof, features, seed, progress, reuse, timings) -> None:
+        self.datasets = list(instances)
+        self.selectors = selectors
+        self.prof = prof
+        self.features = features
+        self.seed = seed
+        self.progress = progress
+        self.timings = timings
+        self.splits = {
+            ds: {sp: [i for i in instances[ds] if i.split == sp] for sp in ("train", "val", "test")}
+            for ds in self.datasets
+        }
+        self.memo = _Memo(reuse, {"code": _code_fingerprint(),
+                                  "features": _features_fingerprint(features) if reuse else None})
+        self.split_fp = {
+            ds: {sp: _instances_fingerprint(v) for sp, v in self.splits[ds].items()} if reuse else {}
+            for ds in self.datasets
+        }
+        #: name -> dataset -> per-seed test hits (answerable instances only) / val accuracies
+        self.hits: dict[str, dict[str, list[np.ndarray]]] = {}
+        self.val_acc: dict[str, dict[str, list[float]]] = {}
+        self.answerable: dict[str, np.ndarray] = {}
+        self.extra: dict[str, Any] = {}
+        self.t1: dict[str, Any] = {}
+
+    # ---------------------------------------------------------------- one fit
+    def fit_eval(self, name: str, s: int, ds: str, stage: str = "table1", want_cost: bool = False,
+                 **extra: Any) -> dict[str, Any]:
+        """Fit ``name`` (seed ``s``) on ``ds``'s training split; test and validation metrics."""
+        key = self.memo.key(stage=stage, data=self.split_fp[ds], cost=want_cost,
+                            **_settings_of(name, s, self.prof, **extra))
+        res = self.memo.get(key)
+        if res is None:
+            sel = _make(name, s, self.progress, self.prof, **extra)
+            sp = self.splits[ds]
+            sel.fit(sp["train"], self.features, sp["val"])
+            metrics, h, ans = _eval(sel, sp["test"], self.features)
+            val = _eval(sel, sp["val"], self.features)[0]["accuracy"] if sp["val"] else None
+            cost = _cost(sel, sp["test"], self.features, self.prof.latency_queries) if want_cost else None
+            res = self.memo.put(key, {"metrics": metrics, "hits": h, "answerable": ans, "cost": cost,
+                                      "val_accuracy": val})
+        return res
+
+    # ----------------------------------------------------------------- Table 1
+    def table1(self) -> dict[str, Any]:
+        from chunksel.eval.report import metrics_to_percent
+        from chunksel.selectors import get_selector_class
+
+        for name in self.selectors:
+            cls = get_selector_class(name)
+            seeds = self.prof.seeds if cls.requires_fit else (self.seed,)
+            row: dict[str, Any] = {"per_dataset": {}}
+            for ds in self.datasets:
+                t0 = time.time()
+                accs, vals = [], []
+                for s in seeds:
+                    want_cost = s == seeds[0] and ds == self.datasets[0]
+                    res = self.fit_eval(name, s, ds, want_cost=want_cost)
+                    metrics = res["metrics"]
+                    accs.append(100.0 * metrics["accuracy"])
+                    vals.append(None if res["val_accuracy"] is None else 100.0 * res["val_accuracy"])
+                    ans = np.asarray(res["answerable"], dtype=bool)
+                    self.answerable[ds] = ans
+                    self.hits.setdefault(name, {}).setdefault(ds, []).append(np.asarray(res["hits"], dtype=bool)[ans])
+                    if s == seeds[0]:
+                        self.extra.setdefault(name, {})[ds] = {
+                            key: v for key, v in metrics_to_percent(metrics).items()
+                            if key not in ("n", "answerable", "contested")
+                        }
+                        if want_cost:
+                            row.update(res["cost"])
+                self.val_acc.setdefault(name, {})[ds] = [v for v in vals if v is not None]
+                row["per_dataset"][ds] = {"seeds": accs, "n": int(metrics["answerable"]),
+                                          "val_seeds": [v for v in vals if v is not None]}
+                self.timings[f"table1:{name}:{ds}"] = time.time() - t0
+                _say(f"table 1: {name:<10} {ds:<9} {np.mean(accs):6.2f}%  ({time.time() - t0:.1f}s)")
+            self.t1[name] = row
+        return self.t1
+
+    def strongest(self, names: Sequence[str], ds: str | None = None) -> str | None:
+        """The baseline with the best validation accuracy (on ``ds``, or averaged over the
+        datasets); test accuracy is never read."""
+        def score(n: str) -> float:
+            dss = [ds] if ds else self.datasets
+            vals = [np.mean(self.val_acc[n][d]) for d in dss if self.val_acc.get(n, {}).get(d)]
+            return float(np.mean(vals)) if vals else -np.inf
+
+        names = [n for n in names if n in self.val_acc]
+        return max(names, key=score) if names else None
+
+    # ----------------------------------------------------- Tables 2 and 3
+    def table2(self) -> dict[str, Any]:
+        """The paper prototype's feature-block ablations, mean over the ablation seeds."""
+        table2: dict[str, Any] = {}
+        if not self.prof.ablation_seeds:
+            return table2
+        for label, blocks in ABLATIONS.items():
+            table2[label] = {}
+            for ds in self.datasets:
+                accs = [100.0 * self.fit_eval(REPRODUCTION, s, ds, stage="table2", blocks=list(blocks))
+                        ["metrics"]["accuracy"] for s in self.prof.ablation_seeds]
+                table2[label][ds] = {"mean": float(np.mean(accs)), "seeds": accs}
+            _say(f"table 2: {label:<12} " + " ".join(f"{ds} {v['mean']:.2f}" for ds, v in table2[label].items()))
+        return table2
+
+    def table3(self) -> dict[str, Any]:
+        """The paper prototype's feature-budget curve, mean over the ablation seeds."""
+        from chunksel.training.budgets import run_budgets
+
+        table3: dict[str, Any] = {}
+        if not self.prof.ablation_seeds or not self.prof.budgets:
+            return table3
+        for ds in self.datasets:
+            sp = self.splits[ds]
+            per_budget: dict[str, list[float]] = {}
+            for s in self.prof.ablation_seeds:
+                settings = {"seed": s, "progress": self.progress, **self.prof.overrides.get(REPRODUCTION, {})}
+                key = self.memo.key(stage="table3", data=self.split_fp[ds], budgets=list(self.prof.budgets),
+                                    **_settings_of(REPRODUCTION, s, self.prof))
+                points = self.memo.get(key)
+                if points is None:
+                    points = self.memo.put(key, [
+                        {"budget": res.budget, "dims": res.dims,
+                         "acc": 100.0 * _eval(res.selector, sp["test"], self.features)[0]["accuracy"]}
+                        for res in run_budgets(sp["train"], self.features, sp["val"], budgets=self.prof.budgets,
+                                               **settings)
+                    ])
+                for p in points:
+                    b = str(int(p["budget"]))
+                    table3.setdefault(b, {"dims": p["dims"], "per_dataset": {}})
+                    per_budget.setdefault(b, []).append(p["acc"])
+            for b, accs in per_budget.items():
+                table3[b]["per_dataset"][ds] = {"mean": float(np.mean(accs)), "seeds": accs}
+            _say(f"table 3: {ds:<9} " + " ".join(
+                f"{b}%:{e['per_dataset'][ds]['mean']:.1f}" for b, e in table3.items()))
+        return table3
+
+    def generator_ablation(self) -> dict[str, Any]:
+        """The flagship with and without h and r (Table 1's seeds), with paired intervals."""
+        from chunksel.eval.report import significance_entry
+        from chunksel.selectors import get_selector_class
+
+        default = tuple(get_selector_class(FLAGSHIP)().blocks)
+        out: dict[str, Any] = {"variants": {}, "delta": {}}
+        variant_hits: dict[str, dict[str, list[np.ndarray]]] = {}
+        for label, blocks in GENERATOR_ABLATION.items():
+            out["variants"][label] = {"blocks": list(blocks), "per_dataset": {}}
+            for ds in self.datasets:
+                if tuple(blocks) == default and FLAGSHIP in self.hits:
+                    hits = self.hits[FLAGSHIP][ds]
+                    accs = list(self.t1[FLAGSHIP]["per_dataset"][ds]["seeds"])
+                else:
+                    hits, accs = [], []
+                    for s in self.prof.seeds:
+                        res = self.fit_eval(FLAGSHIP, s, ds, stage="generator_ablation", blocks=list(blocks))
+                        ans = np.asarray(res["answerable"], dtype=bool)
+                        hits.append(np.asarray(res["hits"], dtype=bool)[ans])
+                        accs.append(100.0 * res["metrics"]["accuracy"])
+                variant_hits.setdefault(label, {})[ds] = hits
+                out["variants"][label]["per_dataset"][ds] = {"mean": float(np.mean(accs)), "seeds": accs}
+            _say(f"generator ablation: {label:<13} " + " ".join(
+                f"{ds} {v['mean']:.2f}" for ds, v in out["variants"][label]["per_dataset"].items()))
+        with_l, without_l = list(GENERATOR_ABLATION)
+        for ds in self.datasets:
+            a_rate, a_major = combine_hits(variant_hits[with_l][ds])
+            b_rate, b_major = combine_hits(variant_hits[without_l][ds])
+            out["delta"][ds] = significance_entry(with_l, without_l, a_rate, b_rate, seed=self.seed,
+                                                  majority=(a_major, b_major))
+        return out
+
+    # ------------------------------------------------------------------ pooled
+    def pooled(self, baselines: Sequence[str]) -> dict[str, Any]:
+        from chunksel.selectors import get_selector_class
+
+        pooled: dict[str, Any] = {}
+        if len(self.datasets) < 2:
+            return pooled
+        trained = [n for n in baselines if get_selector_class(n).requires_fit]
+        strongest_trained = self.strongest(trained)
+        pool_train = [i for ds in self.datasets for i in self.splits[ds]["train"]]
+        pool_val = [i for ds in self.datasets for i in self.splits[ds]["val"]]
+        for name in [n for n in (FLAGSHIP, REPRODUCTION, strongest_trained) if n and n in self.selectors]:
+            key = self.memo.key(stage="pooled", data=[self.split_fp[ds] for ds in self.datasets],
+                                **_settings_of(name, self.seed, self.prof))
+            accs = self.memo.get(key)
+            if accs is None:
+                sel = _make(name, self.seed, self.progress, self.prof)
+                sel.fit(pool_train, self.features, pool_val)
+                accs = self.memo.put(key, {
+                    ds: 100.0 * _eval(sel, self.splits[ds]["test"], self.features)[0]["accuracy"]
+                    for ds in self.datasets
+                })
+            pooled[name] = {
+                "per_dataset": {ds: float(np.mean(self.t1[name]["per_dataset"][ds]["seeds"])) for ds in self.datasets},
+                "pooled": accs,
+            }
+            _say(f"pooled: {name} " + " ".join(f"{ds} {v:.2f}" for ds, v in pooled[name]["pooled"].items()))
+        return pooled
+
+    # ------------------------------------------------------------ significance
+    def significance(self, baselines: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """Per dataset: the flagship and the paper prototype against the dataset's strongest
+        baseline (chosen on validation), and the flagship against retrieval order."""
+        from chunksel.eval.report import significance_entry
+
+        out: dict[str, list[dict[str, Any]]] = {}
+        if not baselines:
+            return out
+        for ds in self.datasets:
+            best = self.strongest(baselines, ds)
+            pairs = [(a, best) for a in (FLAGSHIP, REPRODUCTION) if a in self.hits]
+            if FLAGSHIP in self.hits and "retrieval" in self.hits and best != "retrieval":
+                pairs.append((FLAGSHIP, "retrieval"))
+            entries = []
+            for a, b in pairs:
+                a_rate, a_major = combine_hits(self.hits[a][ds])
+                b_rate, b_major = combine_hits(self.hits[b][ds])
+                entries.append(significance_entry(a, b, a_rate, b_rate, seed=self.seed, majority=(a_major, b_major)))
+            if entries:
+                out[ds] = entries
+        return out
+
+    # --------------------------------------------------------- learning curves
+    def learning_curves(self) -> dict[str, Any]:
+        """Test rank-1 against the number of usable (contested) training instances.
+
+        A point of size n trains on the first n contested training instances in a fixed
+        hash order (so smaller sets are subsets of larger ones); validation and test
+        splits stay whole. One seed (the study's).
+        """
+        import hashlib
+
+        out: dict[str, Any] = {}
+        for ds in [d for d in self.prof.curve_datasets if d in self.datasets]:
+            train = [i for i in self.splits[ds]["train"] if i.contested()]
+            train.sort(key=lambda i: hashlib.sha256(f"curve:{i.id}".encode()).hexdigest())
+            sizes = sorted({min(n, len(train)) if n else len(train) for n in self.prof.curve_sizes})
+            out[ds] = {"usable_train": len(train), "sizes": sizes, "per_selector": {}}
+            for name in [n for n in self.prof.curve_selectors if n in self.selectors]:
+                points = {}
+                for n in sizes:
+                    if n == len(train) and name in self.t1:  # every usable instance: Table 1's fit
+                        points[str(n)] = self.t1[name]["per_dataset"][ds]["seeds"][0]
+                        continue
+                    subset = train[:n]
+                    key = self.memo.key(stage="curve", data=self.split_fp[ds], size=n,
+                                        **_settings_of(name, self.seed, self.prof))
+                    acc = self.memo.get(key)
+                    if acc is None:
+                        sel = _make(name, self.seed, self.progress, self.prof)
+                        sel.fit(subset, self.features, self.splits[ds]["val"])
+                        acc = self.memo.put(
+                            key, 100.0 * _eval(sel, self.splits[ds]["test"], self.features)[0]["accuracy"])
+                    points[str(n)] = acc
+                out[ds]["per_selector"][name] = points
+                _say(f"learning curve: {ds:<9} {name:<10} " + " ".join(f"{n}:{a:.1f}" for n, a in points.items()))
+        return out

@@ -326,7 +326,7 @@ def extract_question_features(
 
 def features_for(instances: Sequence[Instance], selector, generator: str | None = None, progress: bool = True):
     """The question features a selector needs (None unless it reads the warm-up pass)."""
-    if getattr(selector, "query_cost", "none") != "warmup":
+    if "warmup" not in getattr(selector, "query_cost", "none"):
         return None
     return extract_question_features([i.question for i in instances], generator, progress=progress)
 

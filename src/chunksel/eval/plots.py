@@ -28,6 +28,7 @@ from chunksel.eval.report import (
     report_datasets,
     seed_stats,
     selector_label,
+    significance_rows,
     table1_average,
 )
 
@@ -160,13 +161,16 @@ def plot_accuracy_by_dataset(results: Mapping[str, Any], path: str | Path) -> Pa
 
 def plot_significance(results: Mapping[str, Any], path: str | Path) -> Path | None:
     """Per dataset: the accuracy difference A − B (pp) with its 95% bootstrap interval."""
-    sig = results.get("significance") or {}
-    order = [d for d in report_datasets(results) if d in sig]
-    order += [d for d in sig if d not in order]
-    pts = [
-        (d, as_number(sig[d].get("diff")), as_number(sig[d].get("lo")), as_number(sig[d].get("hi")))
-        for d in order
-    ]
+    rows = significance_rows(results)
+    first_a = rows[0][1].get("a") if rows else None
+    seen: set[str] = set()
+    pts, sig = [], {}
+    for d, e in rows:  # the first entry of each dataset with the first entry's A
+        if d in seen or e.get("a") != first_a:
+            continue
+        seen.add(d)
+        sig[d] = e
+        pts.append((d, as_number(e.get("diff")), as_number(e.get("lo")), as_number(e.get("hi"))))
     pts = [p for p in pts if None not in p]
     if not pts:
         return None
@@ -189,6 +193,27 @@ def plot_significance(results: Mapping[str, Any], path: str | Path) -> Path | No
     return _save(fig, Path(path))
 
 
+def plot_learning_curve(results: Mapping[str, Any], path: str | Path) -> Path | None:
+    """Test rank-1 against usable training instances: one panel per curve dataset."""
+    lc = results.get("learning_curve") or {}
+    dss = [d for d in report_datasets(results) if d in lc and (lc[d].get("per_selector") or {})]
+    if not dss:
+        return None
+    fig = _figure()
+    for i, d in enumerate(dss):
+        ax = fig.add_subplot(1, len(dss), i + 1)
+        for name, points in lc[d]["per_selector"].items():
+            xs = sorted(int(n) for n in points)
+            ax.plot(xs, [as_number(points[str(n)]) for n in xs], marker="o", label=selector_label(name))
+        ax.set_xscale("log")
+        ax.set_xlabel("usable training instances")
+        ax.set_ylabel("test rank-1 accuracy (%)")
+        ax.set_title(dataset_label(d))
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, Path(path))
+
+
 def write_plots(results: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]:
     """Draw every plot the results allow into ``out_dir``; returns kind -> path."""
     out = Path(out_dir)
@@ -198,6 +223,7 @@ def write_plots(results: Mapping[str, Any], out_dir: str | Path) -> dict[str, Pa
         "budget": plot_accuracy_vs_budget,
         "bars": plot_accuracy_by_dataset,
         "significance": plot_significance,
+        "curve": plot_learning_curve,
     }
     made: dict[str, Path] = {}
     for kind, maker in makers.items():

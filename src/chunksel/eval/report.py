@@ -34,13 +34,19 @@ Schema (keys in ``<>`` are names chosen by the run)::
               "n": int,                          # evaluated (answerable) test instances
               "ci": [lo, hi],                    # optional bootstrap 95% interval, %
             }}}},
-      "table2": {<variant>: {<dataset>: float}}, # ablations (HS, RW, Chunk, HS+RW, ...)
-      "table3": {<budget %>: {"dims": int, "per_dataset": {<dataset>: float}}},
+      "table2": {<variant>: {<dataset>: cell}},  # ablations (HS, RW, Chunk, HS+RW, ...)
+      "table3": {<budget %>: {"dims": int, "per_dataset": {<dataset>: cell}}},
+                                                 # cell: float, or {"mean", "seeds"}
+      "generator_ablation": {"variants": {<label>: {"blocks": [...],
+                                         "per_dataset": {<dataset>: cell}}},
+                             "delta": {<dataset>: <significance entry>}},
       "pooled": {<selector>: {"per_dataset": {<dataset>: float},   # trained per dataset
                               "pooled": {<dataset>: float}}},      # trained on the pool
-      "significance": {<dataset>: {"a": <selector>, "b": <selector>,
-                                   "diff": pp, "lo": pp, "hi": pp, "p": float, "n": int,
-                                   "acc_a": %, "acc_b": %}},        # acc_* optional
+      "significance": {<dataset>: entry | [entry, ...]},  # entry: {"a", "b", "diff": pp,
+                                   # "lo": pp, "hi": pp, "p": float, "n": int,
+                                   # "acc_a": %, "acc_b": %}  (acc_* optional)
+      "learning_curve": {<dataset>: {"usable_train": int, "sizes": [int, ...],
+                                     "per_selector": {<selector>: {<size>: %}}}},
       "extra_metrics": {<selector>: {<dataset>: {<metric>: float}}},  # e.g. mrr, ndcg,
                                                                        # recall@k, %
     }
@@ -84,7 +90,8 @@ SELECTOR_NAMES: dict[str, str] = {
     "knrm": "KNRM",
     "drmm": "DRMM",
     "duet": "Local-DUET",
-    "prototype": "Prototype selector",
+    "prototype": "Prototype (paper)",
+    "anchored": "Anchored prototype",
     "sras": "SRAS",
     "utility": "LLM utility",
 }
@@ -99,6 +106,7 @@ PLOT_FILES: dict[str, str] = {
     "budget": "accuracy_vs_budget.png",
     "bars": "accuracy_by_dataset.png",
     "significance": "significance.png",
+    "curve": "learning_curve.png",
 }
 
 
@@ -112,8 +120,11 @@ def selector_label(name: str) -> str:
 
 
 def as_number(x: Any) -> float | None:
+    """A float from a number, or from a seed cell's ``mean`` (or its seeds' mean)."""
     if x is None:
         return None
+    if isinstance(x, Mapping):
+        return seed_stats(x)[0]
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -195,6 +206,7 @@ def report_datasets(results: Mapping[str, Any]) -> list[str]:
     for row in (results.get("table3") or {}).values():
         seen.update((row.get("per_dataset") or {}).keys())
     seen.update((results.get("significance") or {}).keys())
+    seen.update((results.get("learning_curve") or {}).keys())
     ordered = [d for d in DATASET_ORDER if d in seen]
     return ordered + sorted(seen - set(ordered))
 
@@ -317,7 +329,7 @@ def format_table1(results: Mapping[str, Any]) -> str:
 def strongest_baseline(
     results: Mapping[str, Any],
     dataset: str | None = None,
-    exclude: Sequence[str] = ("prototype",),
+    exclude: Sequence[str] = ("prototype", "anchored"),
 ) -> str | None:
     """The Table 1 selector with the highest accuracy on ``dataset`` (or, with
     ``dataset=None``, the highest average over the datasets every candidate has),
@@ -407,6 +419,39 @@ def format_table3(results: Mapping[str, Any]) -> str:
     )
 
 
+def format_generator_ablation(results: Mapping[str, Any]) -> str:
+    """The flagship with and without the generator's h and r: one row per variant, then
+    the paired difference with its 95% bootstrap interval per dataset."""
+    ga = results.get("generator_ablation") or {}
+    variants = ga.get("variants") or {}
+    if not variants:
+        return ""
+    datasets = report_datasets(results)
+    text = _per_dataset_table(
+        list(variants), lambda v, d: (variants[v].get("per_dataset") or {}).get(d), datasets, "Anchored prototype"
+    )
+    delta = ga.get("delta") or {}
+    if delta:
+        text += "\n\n" + format_significance({"datasets": datasets, "delta": delta}, key="delta")
+    return text
+
+
+def format_learning_curve(results: Mapping[str, Any]) -> str:
+    """Per curve dataset: selectors x usable training instances (test rank-1, %)."""
+    lc = results.get("learning_curve") or {}
+    parts = []
+    for d in [d for d in report_datasets(results) if d in lc]:
+        entry = lc[d]
+        sizes = [str(n) for n in entry.get("sizes") or []]
+        header = ["Method"] + [f"{n} (all)" if int(n) == entry.get("usable_train") else n for n in sizes]
+        rows = [[selector_label(name)] + [fmt(points.get(n)) for n in sizes]
+                for name, points in (entry.get("per_selector") or {}).items()]
+        if rows:
+            parts.append(f"**{dataset_label(d)}** (usable training instances: {entry.get('usable_train')})\n\n"
+                         + _table(header, rows, ["l"] + ["r"] * len(sizes)))
+    return "\n\n".join(parts)
+
+
 def format_pooled(results: Mapping[str, Any]) -> str:
     """Per-dataset vs pooled training: two rows per selector plus their difference."""
     pooled = results.get("pooled") or {}
@@ -429,18 +474,28 @@ def format_pooled(results: Mapping[str, Any]) -> str:
     return _table(header, rows, ["l", "l"] + ["r"] * (len(datasets) + 1))
 
 
-def format_significance(results: Mapping[str, Any]) -> str:
-    """Per dataset: A vs B, accuracy difference (pp), 95% bootstrap CI, McNemar p."""
-    sig = results.get("significance") or {}
-    if not sig:
-        return ""
+def significance_rows(results: Mapping[str, Any], key: str = "significance") -> list[tuple[str, Mapping]]:
+    """``(dataset, entry)`` pairs of ``results[key]`` in report order (a dataset may hold
+    one entry or a list of them)."""
+    sig = results.get(key) or {}
     order = [d for d in report_datasets(results) if d in sig] + [
         d for d in sig if d not in report_datasets(results)
     ]
+    out = []
+    for d in order:
+        entries = sig[d] if isinstance(sig[d], (list, tuple)) else [sig[d]]
+        out += [(d, e) for e in entries if isinstance(e, Mapping)]
+    return out
+
+
+def format_significance(results: Mapping[str, Any], key: str = "significance") -> str:
+    """Per dataset: A vs B, accuracy difference (pp), 95% bootstrap CI, McNemar p."""
+    pairs = significance_rows(results, key)
+    if not pairs:
+        return ""
     header = ["Dataset", "A", "B", "n", "Acc A", "Acc B", "Δ (pp)", "95% CI", "McNemar p"]
     rows = []
-    for d in order:
-        e = sig[d]
+    for d, e in pairs:
         diff = as_number(e.get("diff"))
         lo, hi = as_number(e.get("lo")), as_number(e.get("hi"))
         ci = DASH if lo is None or hi is None else f"[{lo:+.2f}, {hi:+.2f}]"
@@ -536,12 +591,24 @@ def significance_entry(
     n_resamples: int = 10_000,
     seed: int = 0,
     alpha: float = 0.05,
+    majority: tuple[Any, Any] | None = None,
 ) -> dict[str, Any]:
     """A ``results["significance"][dataset]`` entry (percent / percentage points) from
-    the paired rank-1 hits of selectors ``a`` and ``b`` on the same instances."""
-    from chunksel.eval.significance import compare
+    the paired rank-1 outcomes of selectors ``a`` and ``b`` on the same instances.
 
-    c = compare(hits_a, hits_b, n_resamples=n_resamples, seed=seed, alpha=alpha)
+    ``hits_a`` / ``hits_b`` may be hit rates averaged over seeds (the bootstrap interval
+    is then over instances of the seed-averaged accuracy); McNemar's test then reads the
+    0/1 ``majority`` outcomes (e.g. the seeds' majority vote)."""
+    from chunksel.eval.significance import compare, mcnemar_exact, paired_bootstrap
+
+    if majority is None:
+        c = compare(hits_a, hits_b, n_resamples=n_resamples, seed=seed, alpha=alpha)
+    else:
+        diff, lo, hi = paired_bootstrap(hits_a, hits_b, n_resamples=n_resamples, seed=seed, alpha=alpha)
+        ma, mb = (np.asarray(m, dtype=bool) for m in majority)
+        c = {"diff": diff, "lo": lo, "hi": hi, "p": mcnemar_exact(ma, mb), "n": int(len(ma)),
+             "n10": int((ma & ~mb).sum()), "n01": int((~ma & mb).sum()),
+             "acc_a": float(np.mean(hits_a)), "acc_b": float(np.mean(hits_b))}
     return {
         "a": a,
         "b": b,
@@ -600,6 +667,11 @@ def _setup_section(results: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _seed_note(results: Mapping[str, Any], key: str) -> str:
+    seeds = ((results.get("config") or {}).get("profile") or {}).get(key)
+    return "seeds " + ", ".join(str(s) for s in seeds) if seeds else "one seed"
+
+
 def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str] | None = None) -> str:
     """The report text; ``plots`` maps plot kinds (see PLOT_FILES) to relative paths."""
     plots = plots or {}
@@ -618,21 +690,42 @@ def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str] | None 
         (
             "Significance against the strongest baseline",
             format_significance(results),
-            "Δ = A − B in percentage points; 95% paired bootstrap interval; exact McNemar "
-            "p-value (binomial test on discordant pairs).",
+            "B is the dataset's strongest baseline, chosen by validation accuracy (never "
+            "test). Δ = A − B in percentage points. The 95% paired bootstrap interval "
+            "resamples test instances of the per-instance hit rate averaged over the "
+            "trained selectors' seeds (Table 1's seeds); the exact McNemar p-value (binomial "
+            "test on discordant pairs) reads each instance's majority outcome over the seeds.",
             ["significance"],
         ),
         (
-            "Table 2: feature ablation of the prototype selector",
-            format_table2(results),
-            "HS: question hidden state; RW: routing weights; Chunk: candidate embeddings.",
+            "Does the generator help? The anchored prototype with and without h and r",
+            format_generator_ablation(results),
+            "Mean over Table 1's seeds; the second table gives the paired difference (with − "
+            "without h, r) with its 95% bootstrap interval, seeds combined as above.",
             [],
         ),
         (
-            "Table 3: feature budget",
+            "Table 2: feature ablation of the paper prototype",
+            format_table2(results),
+            "Mean over the ablation seeds "
+            f"({_seed_note(results, 'ablation_seeds')}). HS: question hidden state; RW: routing "
+            "weights; Chunk: candidate embeddings.",
+            [],
+        ),
+        (
+            "Table 3: feature budget of the paper prototype",
             format_table3(results),
-            "Share of input features kept (by gradient importance) and the dimensions left.",
+            "Share of input features kept (by gradient importance) and the dimensions left; "
+            f"mean over the ablation seeds ({_seed_note(results, 'ablation_seeds')}).",
             ["budget"],
+        ),
+        (
+            "Learning curves",
+            format_learning_curve(results),
+            "Test rank-1 (%) against the number of usable (contested) training instances; "
+            "a smaller set is a subset of a larger one; validation and test splits whole; "
+            "one seed (the largest point is Table 1's first seed).",
+            ["curve"],
         ),
         ("Per-dataset vs pooled training", format_pooled(results), "", []),
         (

@@ -86,7 +86,7 @@ class AnchoredPrototypeSelector(Selector):
 
     name = "anchored"
     requires_fit = True
-    query_cost = "warmup"
+    query_cost = "warmup+bm25"
 
     def __init__(
         self,
@@ -135,13 +135,6 @@ class AnchoredPrototypeSelector(Selector):
         self.progress = progress
         self.generator_id = generator_id
         self.encoder_id = encoder_id
-
-    @property
-    def query_cost_now(self) -> str:
-        """The query-side cost of these blocks: the warm-up pass only when h or r is used."""
-        if "hs" in self.blocks or "rw" in self.blocks:
-            return "warmup"
-        return "bm25" if "letor" in self.blocks else "none"
 
     # ------------------------------------------------------------------ arrays
     def _config(self) -> AnchoredTrainConfig:

@@ -56,8 +56,9 @@ class Selector(ABC):
 
     name: ClassVar[str] = ""
     requires_fit: ClassVar[bool] = True
-    #: the query-side cost it adds: "none", "bm25" (corpus term statistics) or
-    #: "warmup" (the generator's question-only pass, which generation needs anyway)
+    #: the query-side cost it adds: "none", "bm25" (corpus term statistics),
+    #: "warmup" (the generator's question-only pass, which generation needs anyway) or
+    #: "warmup+bm25" (both)
     query_cost: ClassVar[str] = "none"
 
     # ----------------------------------------------------------------- settings

@@ -201,7 +201,7 @@ def train_anchored(
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
             sched.step()
-            tot += float(loss) * len(idx)
+            tot += float(loss.detach()) * len(idx)
         summary.train_loss.append(tot / len(tdata))
         acc, vloss = criterion()
         summary.val_acc.append(acc)

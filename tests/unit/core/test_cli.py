@@ -171,7 +171,7 @@ def test_select_refuses_a_saved_non_prototype_before_loading(capsys, tmp_path, n
     [
         ("{tmp}/missing", ("--model '{tmp}/missing': the directory does not exist",)),
         ("./gone", ("the directory does not exist",)),
-        ("nope", ("neither a saved selector directory", "known: bm25")),
+        ("nope", ("neither a saved selector directory", "known: anchored, bm25")),
         ("knrm", ("selector 'knrm' must be trained first", "chunksel train --selector knrm")),
         ("{tmp}", ("is not a saved selector (no config.json)",)),
     ],

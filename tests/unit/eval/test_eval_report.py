@@ -104,7 +104,7 @@ def test_table1_numbers_and_averages():
     base = _row(text, "RAG baseline (retrieval order)")
     assert base[6:10] == ["44.96", "61.74", "65.82", f"{(44.96 + 61.74 + 65.82) / 3:.2f}"]
     assert base[1] == "–"  # no trainable parameters
-    proto = _row(text, "Prototype selector")
+    proto = _row(text, "Prototype (paper)")
     assert proto[1] == "7.0M" and proto[5] == "warmup"
     # per-dataset: mean ± sample std of the seeds, best per column in bold
     assert proto[6] == "**50.00 ± 1.00**"
@@ -131,7 +131,7 @@ def test_tables_2_3_and_significance():
     assert _row(t3, "10%")[1:] == ["499", "45.83", "66.19", "67.42", "59.81"]
     sig = format_significance(r)
     tq = _row(sig, "TriviaQA")
-    assert tq[1:4] == ["Prototype selector", "KNRM", "1000"]
+    assert tq[1:4] == ["Prototype (paper)", "KNRM", "1000"]
     assert tq[4:] == ["+2.96", "[+1.10, +4.80]", "0.0012"]  # no acc columns given
     r["significance"]["popqa"]["acc_a"] = 71.0
     assert _row(format_significance(r), "PopQA")[4:7] == ["71.00", "–", "+4.24"]
@@ -153,11 +153,11 @@ def test_write_report_files_and_content(tmp_path):
     assert "![latency](accuracy_vs_latency.png)" in text
     assert "`abc1234`" in text and "0123456789abcdef" in text
     assert '"seeds": [' in text  # config block
-    delta = _row(text.split("## Per-dataset vs pooled training")[1], "Prototype selector")
+    delta = _row(text.split("## Per-dataset vs pooled training")[1], "Prototype (paper)")
     assert delta[1] == "per dataset"
-    assert "| Prototype selector | Δ pooled − per dataset | +1.00 | -1.00 | +1.00 | +0.33 |" in text
-    assert "| **Prototype selector** |" not in text
-    assert "| Prototype selector | **65.50** | **72.25** | **40.00** | 30.12 |" in text
+    assert "| Prototype (paper) | Δ pooled − per dataset | +1.00 | -1.00 | +1.00 | +0.33 |" in text
+    assert "| **Prototype (paper)** |" not in text
+    assert "| Prototype (paper) | **65.50** | **72.25** | **40.00** | 30.12 |" in text
     saved = json.loads((out / "results.json").read_text())
     assert saved["table1"]["prototype"]["params"] == 7_012_345
     assert saved["extra_metrics"]["retrieval"]["triviaqa"]["contested_accuracy"] is None
@@ -207,7 +207,7 @@ def test_oracle_never_bold_and_strongest_baseline():
     }
     text = format_table1(r)
     assert _row(text, "Oracle")[6] == "100.00"
-    assert _row(text, "Prototype selector")[6] == "**50.00 ± 1.00**"
+    assert _row(text, "Prototype (paper)")[6] == "**50.00 ± 1.00**"
     assert "Evaluated (answerable) test instances: TriviaQA 1000, PopQA 900, MS MARCO 300." in text
     assert strongest_baseline(r, "triviaqa") == "knrm"
     assert strongest_baseline(r, "msmarco") == "retrieval"  # knrm has no MS MARCO figure

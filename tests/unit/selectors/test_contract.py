@@ -20,6 +20,7 @@ SMALL: dict[str, dict] = {
     "drmm": {"embedding_init": "random", "embedding_dim": 8, "max_doc_len": 16, "max_epochs": 2},
     "duet": {"n_filters": 8, "hidden": 8, "max_query_len": 8, "max_doc_len": 16, "max_epochs": 2},
     "prototype": {"hidden": 16, "max_epochs": 2, "batch_size": 8},
+    "anchored": {"hidden": 16, "phi_hidden": 8, "max_epochs": 2, "batch_size": 8},
 }
 CORPUS_SETTING = "corpus"  # bm25 and the LETOR rankers read corpus statistics
 

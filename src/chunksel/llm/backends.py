@@ -1,0 +1,506 @@
+"""One interface for every LLM backend: free-text generation and fixed-option choices.
+
+A backend answers two kinds of request:
+
+- :meth:`LLMBackend.generate`: a batch of prompts (a string, taken as the user turn, or a
+  list of chat messages) to :class:`Generation` results (text, tokens in/out, seconds).
+- :meth:`LLMBackend.choose`: one prompt and a short list of fixed options (``Yes``/``No``,
+  passage numbers) to a :class:`Choice`: the option with the highest log-probability as
+  the answer's continuation, with every option's log-probability. Backends that cannot
+  score options (an HTTP server without ``logprobs``) parse the generated text instead,
+  with :func:`parse_choice`; an output that names no option gets the explicit default and
+  is *recorded* (``Choice.parsed`` is false, ``Choice.reason`` says why, and the backend
+  keeps a :class:`ParseFailure` in ``parse_failures``), never dropped silently.
+
+Implementations: :class:`chunksel.llm.local.LocalBackend` (a transformers causal LM,
+SmolLM2 by default) and :class:`chunksel.llm.openai_http.OpenAIBackend` (any
+OpenAI-compatible ``/v1/chat/completions`` server). :func:`get_backend` builds one by name
+and imports it lazily. This module imports neither torch nor httpx.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from chunksel.errors import ChunkselError, ConfigError, DataError
+
+#: one chat message: ``{"role": "system" | "user" | "assistant", "content": str}``
+Message = Mapping[str, str]
+#: a prompt: plain text (the user turn) or a list of chat messages
+Prompt = str | Sequence[Message]
+
+_ROLES = ("system", "user", "assistant")
+
+
+class BackendError(ChunkselError, RuntimeError):
+    """A backend request failed for good (after its retries) or returned unusable output."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generated answer.
+
+    Attributes:
+        text: the generated text (special tokens removed).
+        tokens_in: prompt tokens (0 when an HTTP server reports no usage).
+        tokens_out: generated tokens, the end-of-sequence token included.
+        seconds: wall time spent on this prompt; a batch's time is split evenly over
+            its prompts.
+        finish_reason: ``"stop"`` (end of sequence), ``"length"`` (``max_new_tokens``
+            reached) or what the server said; ``None`` if unknown.
+        top_logprobs: per generated position, the most likely next tokens as
+            ``(token, log-probability)`` pairs, most likely first; only when asked for.
+    """
+
+    text: str
+    tokens_in: int
+    tokens_out: int
+    seconds: float
+    finish_reason: str | None = None
+    top_logprobs: tuple[tuple[tuple[str, float], ...], ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (tuples become lists)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Generation:
+        """Inverse of :meth:`to_dict`."""
+        data = dict(data)
+        top = data.get("top_logprobs")
+        if top is not None:
+            data["top_logprobs"] = tuple(tuple((str(t), float(lp)) for t, lp in pos) for pos in top)
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A decision among fixed options.
+
+    Attributes:
+        option: the chosen option (always one of ``options``).
+        index: its position in ``options``.
+        options: the options, in the order given.
+        logprobs: per option, its log-probability as the answer (summed over its tokens);
+            ``-inf`` for an option the server's top log-probabilities did not include;
+            ``None`` when the choice was parsed from text.
+        source: ``"logprobs"`` (scored options) or ``"text"`` (parsed from the output).
+        parsed: false when the text named no option and ``option`` is the default.
+        reason: why the output could not be parsed (``None`` when it could).
+        text: the generated text the choice was read from (``""`` for local scoring).
+        tokens_in: prompt tokens.
+        tokens_out: generated tokens (0 when the options were scored locally).
+        seconds: wall time.
+    """
+
+    option: str
+    index: int
+    options: tuple[str, ...]
+    logprobs: tuple[float, ...] | None
+    source: str
+    parsed: bool = True
+    reason: str | None = None
+    text: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    seconds: float = 0.0
+
+    def probabilities(self) -> tuple[float, ...] | None:
+        """The options' probabilities renormalised over the options (softmax of
+        ``logprobs``), or ``None`` without log-probabilities."""
+        if self.logprobs is None:
+            return None
+        finite = [lp for lp in self.logprobs if math.isfinite(lp)]
+        if not finite:
+            return None
+        top = max(finite)
+        w = [math.exp(lp - top) if math.isfinite(lp) else 0.0 for lp in self.logprobs]
+        s = sum(w)
+        return tuple(x / s for x in w)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; ``-inf`` log-probabilities become ``None`` (strict JSON)."""
+        d = dataclasses.asdict(self)
+        if self.logprobs is not None:
+            d["logprobs"] = [lp if math.isfinite(lp) else None for lp in self.logprobs]
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Choice:
+        """Inverse of :meth:`to_dict`."""
+        data = dict(data)
+        data["options"] = tuple(data["options"])
+        if data.get("logprobs") is not None:
+            data["logprobs"] = tuple(
+                -math.inf if lp is None else float(lp) for lp in data["logprobs"]
+            )
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class ParseFailure:
+    """An output that named none of the options (kept, with the raw text and the reason).
+
+    Attributes:
+        text: the raw generated text.
+        options: the options asked for.
+        default: the option used instead.
+        reason: why no option was read.
+    """
+
+    text: str
+    options: tuple[str, ...]
+    default: str
+    reason: str
+
+
+@dataclass
+class Usage:
+    """Running totals of one backend's requests.
+
+    Attributes:
+        calls: prompts answered (a batch of 8 counts 8).
+        requests: forward passes (local) or HTTP requests that got a usable answer.
+        retries: HTTP attempts that failed and were retried.
+        tokens_in: prompt tokens.
+        tokens_out: generated tokens.
+        seconds: wall time inside the backend.
+        unparsed: choices whose output named no option (see ``parse_failures``).
+    """
+
+    calls: int = 0
+    requests: int = 0
+    retries: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    seconds: float = 0.0
+    unparsed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+
+def normalize_prompt(prompt: Prompt) -> list[dict[str, str]]:
+    """A prompt as a list of chat messages, validated.
+
+    Args:
+        prompt: a non-empty string (the user turn) or a non-empty list of messages, each
+            with a ``role`` among system/user/assistant and a string ``content``.
+
+    Returns:
+        A new list of ``{"role", "content"}`` dicts.
+
+    Raises:
+        DataError: empty prompt, an unknown role, a message without content, or no
+            non-empty message at all.
+    """
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise DataError("empty prompt: an LLM request needs some text")
+        return [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, Sequence) or not prompt:
+        raise DataError("empty prompt: pass a string or a non-empty list of chat messages")
+    out = []
+    for i, msg in enumerate(prompt):
+        if not isinstance(msg, Mapping) or "role" not in msg or "content" not in msg:
+            raise DataError(f"chat message {i} needs 'role' and 'content' keys, got {msg!r}")
+        role, content = msg["role"], msg["content"]
+        if role not in _ROLES:
+            raise DataError(f"chat message {i} has role {role!r}; expected one of {_ROLES}")
+        if not isinstance(content, str):
+            raise DataError(f"chat message {i} content must be a string, got {type(content).__name__}")
+        out.append({"role": role, "content": content})
+    if not any(m["content"].strip() for m in out):
+        raise DataError("empty prompt: every chat message is empty")
+    return out
+
+
+def check_options(options: Sequence[str]) -> tuple[str, ...]:
+    """Validate fixed options: at least one, non-empty strings, no duplicates.
+
+    Raises:
+        DataError: no options, an empty or non-string option, or a repeated option.
+    """
+    if isinstance(options, str) or not options:
+        raise DataError("choose() needs a non-empty list of options, e.g. ['Yes', 'No']")
+    opts = tuple(options)
+    for o in opts:
+        if not isinstance(o, str) or not o.strip():
+            raise DataError(f"options must be non-empty strings, got {o!r}")
+    if len(set(opts)) != len(opts):
+        raise DataError(f"options must be distinct, got {list(opts)}")
+    return opts
+
+
+def _option_pattern(options: Sequence[str]) -> re.Pattern[str]:
+    alts = "|".join(re.escape(o.strip()) for o in sorted(options, key=len, reverse=True))
+    # an option counts as a whole word: "1" does not match inside "10", "No" not in "Not"
+    return re.compile(rf"(?<![\w])({alts})(?![\w])", re.IGNORECASE)
+
+
+def parse_choice(text: str, options: Sequence[str], default: str | None = None) -> tuple[int, str | None]:
+    """Read which option a free-text answer names.
+
+    The first whole-word, case-insensitive occurrence of any option wins ("Answer: [3]"
+    gives ``"3"``, "yes, it is" gives ``"Yes"``); an output that names none gets the
+    explicit default.
+
+    Args:
+        text: the generated text.
+        options: the fixed options.
+        default: the option used when the text names none (``None``: the first option).
+
+    Returns:
+        ``(index, reason)``: the chosen option's index and ``None``, or the default's
+        index and why the text could not be parsed.
+
+    Raises:
+        DataError: bad options, or a default that is not one of them.
+    """
+    opts = check_options(options)
+    fallback = opts[0] if default is None else default
+    if fallback not in opts:
+        raise DataError(f"default {fallback!r} is not one of the options {list(opts)}")
+    if not text or not text.strip():
+        return opts.index(fallback), "empty output"
+    match = _option_pattern(opts).search(text)
+    if match is None:
+        return opts.index(fallback), f"no option among {list(opts)} in the output"
+    found = match.group(1).casefold()
+    for i, o in enumerate(opts):
+        if o.strip().casefold() == found:
+            return i, None
+    return opts.index(fallback), "no option matched"  # pragma: no cover - regex guarantees a hit
+
+
+class LLMBackend(ABC):
+    """Base class of every LLM backend.
+
+    Subclasses set ``name`` and implement :meth:`generate` and :meth:`choose_many`
+    (which :meth:`choose` calls). They keep running totals in ``usage`` and every
+    unparseable output in ``parse_failures``.
+
+    Attributes:
+        name: short backend name, part of the response-cache key.
+        model_id: the model's stable id (set by the subclass), part of the cache key.
+    """
+
+    name: ClassVar[str]
+    model_id: str
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.parse_failures: list[ParseFailure] = []
+        self._usage_lock = threading.Lock()
+
+    @abstractmethod
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        max_new_tokens: int = 64,
+        *,
+        temperature: float = 0.0,
+        top_logprobs: int = 0,
+    ) -> list[Generation]:
+        """Generate one answer per prompt (greedy unless ``temperature > 0``).
+
+        Args:
+            prompts: strings (the user turn) or lists of chat messages.
+            max_new_tokens: generation limit per prompt.
+            temperature: 0 for greedy decoding.
+            top_logprobs: with ``n > 0``, each :class:`Generation` carries the ``n``
+                most likely tokens at every generated position.
+        """
+
+    @abstractmethod
+    def choose_many(
+        self, prompts: Sequence[Prompt], options: Sequence[str], *, default: str | None = None
+    ) -> list[Choice]:
+        """:meth:`choose` for several prompts that share the same options."""
+
+    def choose(self, prompt: Prompt, options: Sequence[str], *, default: str | None = None) -> Choice:
+        """Pick one of ``options`` as the answer to ``prompt``.
+
+        Args:
+            prompt: a string (the user turn) or a list of chat messages.
+            options: the fixed answers, e.g. ``["Yes", "No"]`` or ``["1", "2", "3"]``.
+            default: the option a text-parsed answer falls back to when it names none
+                (``None``: the first option); unused when options are scored.
+
+        Returns:
+            The :class:`Choice`.
+
+        Raises:
+            DataError: empty prompt, no options, or bad options.
+        """
+        return self.choose_many([prompt], options, default=default)[0]
+
+    def settings(self) -> dict[str, Any]:
+        """Settings that change outputs (beyond the request's own), for the cache key."""
+        return {}
+
+    # -- bookkeeping shared by the implementations
+    def _record(self, results: Sequence[Generation | Choice], requests: int) -> None:
+        with self._usage_lock:
+            u = self.usage
+            u.calls += len(results)
+            u.requests += requests
+            for r in results:
+                u.tokens_in += r.tokens_in
+                u.tokens_out += r.tokens_out
+                u.seconds += r.seconds
+                if isinstance(r, Choice) and not r.parsed:
+                    u.unparsed += 1
+                    self.parse_failures.append(
+                        ParseFailure(r.text, r.options, r.option, r.reason or "unparsed")
+                    )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model_id={getattr(self, 'model_id', '?')!r})"
+
+
+def choice_from_logprobs(
+    options: tuple[str, ...],
+    logprobs: Sequence[float],
+    *,
+    text: str = "",
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+    seconds: float = 0.0,
+) -> Choice:
+    """The :class:`Choice` of the option with the highest log-probability (ties: the
+    first option)."""
+    lps = tuple(float(x) for x in logprobs)
+    best = max(range(len(options)), key=lambda i: (lps[i], -i))
+    return Choice(
+        option=options[best], index=best, options=options, logprobs=lps, source="logprobs",
+        text=text, tokens_in=tokens_in, tokens_out=tokens_out, seconds=seconds,
+    )
+
+
+def choice_from_text(
+    options: tuple[str, ...],
+    text: str,
+    default: str | None = None,
+    *,
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+    seconds: float = 0.0,
+) -> Choice:
+    """The :class:`Choice` read from free text by :func:`parse_choice`."""
+    idx, reason = parse_choice(text, options, default)
+    return Choice(
+        option=options[idx], index=idx, options=options, logprobs=None, source="text",
+        parsed=reason is None, reason=reason, text=text, tokens_in=tokens_in,
+        tokens_out=tokens_out, seconds=seconds,
+    )
+
+
+@dataclass(frozen=True)
+class TokenStep:
+    """One generated position as an OpenAI-style server reports it.
+
+    Attributes:
+        token: the generated token's text.
+        logprob: its log-probability.
+        top: the most likely tokens at this position, ``(token, log-probability)``.
+    """
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+def _logsumexp(xs: Sequence[float]) -> float:
+    top = max(xs)
+    return top + math.log(sum(math.exp(x - top) for x in xs))
+
+
+def option_logprobs_from_steps(options: Sequence[str], steps: Sequence[TokenStep]) -> list[float]:
+    """Each option's log-probability as the answer, read from a generation's top tokens.
+
+    The walk follows the generated tokens: at position ``i`` (having generated ``s``),
+    every listed token ``t`` with ``s + t`` equal to an option completes that option with
+    ``log p(s) + log p(t)`` (surface variants such as ``"Yes"``/``" yes"`` add up:
+    comparison ignores case and the answer's leading whitespace); the walk goes on while
+    the generated text is still a prefix of some option. An option completed on the
+    generated path whose text begins a longer option (``1`` and ``10``) also pays
+    ``log(1 - p(tokens going on into the longer options))`` at the next position.
+    Options never reached get ``-inf``.
+
+    Args:
+        options: the fixed options.
+        steps: the generated positions with their top log-probabilities.
+
+    Returns:
+        One float per option (``-inf`` where the server's top tokens did not reach it).
+    """
+    keys = [o.strip().casefold() for o in options]
+    found: list[list[float]] = [[] for _ in options]
+    prefix, lp = "", 0.0
+    for i, step in enumerate(steps):
+        entries = dict(step.top)
+        entries.setdefault(step.token, step.logprob)
+        seen: set[tuple[int, str]] = set()
+        for tok, tlp in entries.items():
+            text = (prefix + (tok if prefix else tok.lstrip())).casefold()
+            for j, key in enumerate(keys):
+                if text == key and (j, tok) not in seen:
+                    seen.add((j, tok))
+                    score = lp + tlp
+                    if tok == step.token and i + 1 < len(steps):
+                        nxt = steps[i + 1]
+                        nxt_entries = dict(nxt.top)
+                        nxt_entries.setdefault(nxt.token, nxt.logprob)
+                        mass = sum(
+                            math.exp(v) for t, v in nxt_entries.items()
+                            if any(k != key and k.startswith((text + t).casefold()) for k in keys)
+                        )
+                        score += math.log(max(1.0 - mass, 1e-30))
+                    found[j].append(score)
+        prefix += step.token if prefix else step.token.lstrip()
+        lp += step.logprob
+        if not any(k.startswith(prefix.casefold()) and k != prefix.casefold() for k in keys):
+            break
+    return [_logsumexp(f) if f else -math.inf for f in found]
+
+
+_BACKENDS = {
+    "local": ("chunksel.llm.local", "LocalBackend"),
+    "openai": ("chunksel.llm.openai_http", "OpenAIBackend"),
+}
+
+
+def get_backend(name: str, **kwargs: Any) -> LLMBackend:
+    """Build a backend by name, importing its module only now.
+
+    Args:
+        name: ``"local"`` (:class:`~chunksel.llm.local.LocalBackend`) or ``"openai"``
+            (:class:`~chunksel.llm.openai_http.OpenAIBackend`).
+        **kwargs: the backend's constructor arguments.
+
+    Raises:
+        ConfigError: unknown name.
+        MissingExtraError: the backend's optional dependency is not installed.
+    """
+    import importlib
+
+    if name not in _BACKENDS:
+        raise ConfigError(f"unknown LLM backend {name!r}; expected one of {sorted(_BACKENDS)}")
+    module, cls = _BACKENDS[name]
+    return getattr(importlib.import_module(module), cls)(**kwargs)
+
+
+__all__ = [
+    "BackendError", "Choice", "Generation", "LLMBackend", "Message", "ParseFailure", "Prompt",
+    "TokenStep", "Usage", "check_options", "choice_from_logprobs", "choice_from_text",
+    "get_backend", "normalize_prompt", "option_logprobs_from_steps", "parse_choice",
+]

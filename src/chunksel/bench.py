@@ -56,8 +56,6 @@ SELECTORS: tuple[str, ...] = (
 #: the flagship (retrieval-anchored prototype) and the paper's configuration (reproduction)
 FLAGSHIP = "anchored"
 REPRODUCTION = "prototype"
-#: selectors that are not baselines for the significance comparison
-NOT_BASELINES = {"oracle", "random", REPRODUCTION, FLAGSHIP}
 #: the flagship's generator ablation: its blocks with and without h and r
 GENERATOR_ABLATION: dict[str, tuple[str, ...]] = {
     "with h, r": ("hs", "rw", "q", "chunk", "letor"),
@@ -352,7 +350,9 @@ def run_study(
     t_start = t_start or time.time()
     study = _Study(instances, list(selectors), prof, features, seed, progress, reuse, timings)
     table1 = study.table1()
-    baselines = [n for n in selectors if n not in NOT_BASELINES]
+    from chunksel.selectors import get_selector_class
+
+    baselines = [n for n in selectors if get_selector_class(n).role == "baseline"]
     strongest = study.strongest(baselines)
     results = {
         "title": f"chunksel benchmark ({prof.name} profile)",

@@ -80,21 +80,6 @@ DATASET_NAMES: dict[str, str] = {
     "wikiqa": "WikiQA",
 }
 
-SELECTOR_NAMES: dict[str, str] = {
-    "retrieval": "RAG baseline (retrieval order)",
-    "random": "Random",
-    "oracle": "Oracle",
-    "bm25": "BM25",
-    "ranksvm": "RankSVM",
-    "lambdamart": "LambdaMART",
-    "knrm": "KNRM",
-    "drmm": "DRMM",
-    "duet": "Local-DUET",
-    "prototype": "Prototype (paper)",
-    "anchored": "Anchored prototype",
-    "sras": "SRAS",
-    "utility": "LLM utility",
-}
 
 DASH = "–"
 
@@ -116,7 +101,16 @@ def dataset_label(name: str) -> str:
 
 
 def selector_label(name: str) -> str:
-    return SELECTOR_NAMES.get(name, name)
+    """The display name a registered selector declares (its registry name otherwise)."""
+    from chunksel.errors import ChunkselError
+    from chunksel.selectors.base import REGISTRY, describe
+
+    if name not in REGISTRY:
+        return name
+    try:
+        return describe(name)["display_name"]
+    except (ChunkselError, ImportError):
+        return name
 
 
 def as_number(x: Any) -> float | None:

@@ -85,6 +85,9 @@ class AnchoredPrototypeSelector(Selector):
     """
 
     name = "anchored"
+    display_name = "Anchored prototype"
+    family = "prototype"
+    role = "flagship"
     requires_fit = True
     query_cost = "warmup+bm25"
 

@@ -55,6 +55,12 @@ class Selector(ABC):
     """Base class of every chunk selector."""
 
     name: ClassVar[str] = ""
+    #: how reports name it, its family ("learning-to-rank", "prototype", ...) and its role
+    #: in a study: "baseline", "reference" (oracle, random: never the strongest
+    #: baseline), "reproduction" (a paper's configuration as written), "flagship" or "llm"
+    display_name: ClassVar[str] = ""
+    family: ClassVar[str] = ""
+    role: ClassVar[str] = "baseline"
     requires_fit: ClassVar[bool] = True
     #: the query-side cost it adds: "none", "bm25" (corpus term statistics),
     #: "warmup" (the generator's question-only pass, which generation needs anyway) or
@@ -311,6 +317,20 @@ def get_selector_class(name: str) -> type[Selector]:
             f"selector {name!r} needs {missing!r}, which is not installed: {hint}"
         ) from err
     return getattr(module, cls_name)
+
+
+def describe(name: str) -> dict[str, str]:
+    """``{"name", "display_name", "family", "role", "query_cost", "extra"}`` of a registered
+    selector, read from its class (imported on first use)."""
+    cls = get_selector_class(name)
+    return {
+        "name": name,
+        "display_name": cls.display_name or name,
+        "family": cls.family,
+        "role": cls.role,
+        "query_cost": cls.query_cost,
+        "extra": REGISTRY[name][1],
+    }
 
 
 def make_selector(name: str, **params: Any) -> Selector:

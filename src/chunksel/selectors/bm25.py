@@ -233,6 +233,9 @@ class BM25Selector(Selector):
     """
 
     name = "bm25"
+    display_name = "BM25"
+    family = "lexical"
+    role = "baseline"
     requires_fit = False
     query_cost = "bm25"
 

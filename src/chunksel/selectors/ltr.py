@@ -65,6 +65,9 @@ class RankSVMSelector(_LetorSelector):
     """
 
     name = "ranksvm"
+    display_name = "RankSVM"
+    family = "learning-to-rank"
+    role = "baseline"
 
     def __init__(
         self,
@@ -166,6 +169,9 @@ class LambdaMARTSelector(_LetorSelector):
     """
 
     name = "lambdamart"
+    display_name = "LambdaMART"
+    family = "learning-to-rank"
+    role = "baseline"
 
     def __init__(
         self,

@@ -224,6 +224,9 @@ class KNRMSelector(_EmbeddingSelector):
     """
 
     name = "knrm"
+    display_name = "KNRM"
+    family = "neural ranking"
+    role = "baseline"
     default_loss = "hinge"
 
     def __init__(
@@ -272,6 +275,9 @@ class DRMMSelector(_EmbeddingSelector):
     """
 
     name = "drmm"
+    display_name = "DRMM"
+    family = "neural ranking"
+    role = "baseline"
     default_loss = "hinge"
 
     def __init__(
@@ -320,6 +326,9 @@ class DuetSelector(_NeuralSelector):
     """
 
     name = "duet"
+    display_name = "Local-DUET"
+    family = "neural ranking"
+    role = "baseline"
     default_loss = "softmax"
 
     def __init__(

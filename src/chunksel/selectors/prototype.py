@@ -116,6 +116,9 @@ class PrototypeSelector(Selector):
     """
 
     name = "prototype"
+    display_name = "Prototype (paper)"
+    family = "prototype"
+    role = "reproduction"
     requires_fit = True
     query_cost = "warmup"
 

@@ -16,6 +16,9 @@ class RetrievalSelector(Selector):
     """Keep the retriever's order (the plain RAG baseline): score = -rank."""
 
     name = "retrieval"
+    display_name = "RAG baseline (retrieval order)"
+    family = "retrieval"
+    role = "baseline"
     requires_fit = False
 
     def __init__(self) -> None:
@@ -29,6 +32,9 @@ class RandomSelector(Selector):
     """Uniformly random scores, reproducible per (seed, question id)."""
 
     name = "random"
+    display_name = "Random"
+    family = "reference"
+    role = "reference"
     requires_fit = False
 
     def __init__(self, seed: int = 0) -> None:
@@ -49,6 +55,9 @@ class OracleSelector(Selector):
     """
 
     name = "oracle"
+    display_name = "Oracle"
+    family = "reference"
+    role = "reference"
     requires_fit = False
 
     def __init__(self, label: str | None = None) -> None:

@@ -99,9 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantize", default=None, choices=["fp32", "int8", "int8w"],
                    help="inference numerics (default: those saved with the model, fp32)")
 
-    p = sub.add_parser("export", help="export a trained prototype selector as a self-contained ONNX graph")
+    p = sub.add_parser("export", help="export a trained prototype or anchored selector as a self-contained ONNX graph")
     _common(p)
-    p.add_argument("--model", required=True, help="a saved prototype selector directory")
+    p.add_argument("--model", required=True, help="a saved prototype or anchored selector directory")
     p.add_argument("--out", required=True, help="the .onnx file to write")
     p.add_argument("--quantize", default="fp32", choices=["fp32", "int8"],
                    help="fp32, or int8 (int8 weights, per-row dynamic int8 activations)")
@@ -312,8 +312,20 @@ def _run(args: argparse.Namespace) -> int:
         from chunksel.selectors import load_selector
 
         sel = load_selector(args.model)
+        if getattr(sel, "name", "") == "anchored":
+            from chunksel.pipeline.onnx_anchored import OnnxAnchored, export_anchored
+
+            path = export_anchored(sel, args.out, quantize=args.quantize)
+            runner = OnnxAnchored(path)  # reads it back: a broken export fails here
+            ins = ", ".join(f"{i.name} {i.shape}" for i in runner.session.get_inputs())
+            print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, {args.quantize}); inputs: {ins}; "
+                  f"outputs: scores ['n', {runner.k}]")
+            return 0
         if getattr(sel, "name", "") != "prototype":
-            raise ChunkselError(f"{args.model} holds a {getattr(sel, 'name', '?')!r} selector; export needs a prototype selector")
+            raise ChunkselError(
+                f"{args.model} holds a {getattr(sel, 'name', '?')!r} selector; export needs a prototype "
+                "or anchored selector"
+            )
         path = export_prototype(sel, args.out, quantize=args.quantize)
         runner = OnnxPrototype(path)  # reads it back: a broken export fails here, not on the device
         ins = ", ".join(f"{i.name} {i.shape}" for i in runner.session.get_inputs())

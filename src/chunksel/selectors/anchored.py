@@ -76,6 +76,8 @@ class AnchoredPrototypeSelector(Selector):
         dropout: dropout after each hidden layer.
         tau: temperature of the prototype term.
         lr, weight_decay, batch_size, max_epochs, patience: the training recipe.
+        select_on: model selection on validation, "accuracy" or "loss" (both never return
+            a model below retrieval order on validation; see :mod:`chunksel.training.anchored`).
         corpus, k1, b: the BM25 / TF-IDF statistics of the LETOR features (as LambdaMART's).
         seed: seeds initialisation, shuffling and a carved validation split.
         label: label spec for training (default: each instance's own).
@@ -106,6 +108,7 @@ class AnchoredPrototypeSelector(Selector):
         batch_size: int = 128,
         max_epochs: int = 60,
         patience: int = 12,
+        select_on: str = "accuracy",
         corpus: str | None = None,
         k1: float = 1.5,
         b: float = 0.75,
@@ -129,6 +132,7 @@ class AnchoredPrototypeSelector(Selector):
         self.batch_size = batch_size
         self.max_epochs = max_epochs
         self.patience = patience
+        self.select_on = select_on
         self.corpus = corpus
         self.k1 = k1
         self.b = b
@@ -145,7 +149,7 @@ class AnchoredPrototypeSelector(Selector):
             hidden=self.hidden, depth=self.depth, phi_hidden=self.phi_hidden, phi_depth=self.phi_depth,
             dropout=self.dropout, tau=self.tau, lr=self.lr, weight_decay=self.weight_decay,
             batch_size=self.batch_size, max_epochs=self.max_epochs, patience=self.patience,
-            seed=self.seed, device=self.device, progress=self.progress,
+            select_on=self.select_on, seed=self.seed, device=self.device, progress=self.progress,
         )
 
     def _embeddings(self, batch: Sequence[Instance]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -225,6 +229,32 @@ class AnchoredPrototypeSelector(Selector):
             parts.append(e.reshape(len(batch), -1))
         return np.concatenate(parts, axis=1) if parts else None
 
+    def _generator_dims(self, batch: Sequence[Instance], features: QuestionFeatures | None) -> tuple[int, int]:
+        if not ("hs" in self.blocks or "rw" in self.blocks) or features is None:
+            return 0, 0
+        got = features.lookup([i.id for i in batch])
+        return (int(got["h"].shape[1]) if "hs" in self.blocks else 0,
+                int(got["r"].shape[1]) if "rw" in self.blocks else 0)
+
+    def graph_inputs(self, batch: Sequence[Instance], features: QuestionFeatures | None = None) -> dict[str, np.ndarray]:
+        """The exported ONNX graph's inputs for ``batch`` (:mod:`chunksel.pipeline.onnx_anchored`):
+        ``h``, ``r`` as the store gives them, unit ``q`` and ``e`` (zeros at padding) and the
+        raw interaction features ``phi``; the graph scales them itself."""
+        batch = list(batch)
+        q, e, m = self._embeddings(batch)
+        out: dict[str, np.ndarray] = {"q": q, "e": e}
+        if "hs" in self.blocks or "rw" in self.blocks:
+            if features is None:
+                raise DataError("the anchored selector's graph needs generator features (h, r)")
+            got = features.lookup([i.id for i in batch])
+            if "hs" in self.blocks:
+                out["h"] = np.asarray(got["h"], dtype=np.float32)
+            if "rw" in self.blocks:
+                out["r"] = np.asarray(got["r"], dtype=np.float32)
+        if "letor" in self.blocks:
+            out["phi"] = self._phi(batch, q, e, m)
+        return out
+
     def _arrays(self, batch: Sequence[Instance], features: QuestionFeatures | None,
                 labels: bool) -> dict[str, np.ndarray | None]:
         batch = list(batch)
@@ -277,6 +307,7 @@ class AnchoredPrototypeSelector(Selector):
         tr = self._arrays(train, features, labels=True)
         va = self._arrays(val, features, labels=True) if val else None
         self.emb_dim_ = int(tr["e"].shape[2])
+        self.h_dim_, self.r_dim_ = self._generator_dims(train[:1], features)
         self.x_scaler_ = StandardScaler().fit(tr["x"]) if tr["x"] is not None else None
         if tr["phi"] is not None:
             self.phi_scaler_ = StandardScaler().fit(tr["phi"][tr["m"]])
@@ -309,6 +340,8 @@ class AnchoredPrototypeSelector(Selector):
 
         return {
             "emb_dim": self.emb_dim_,
+            "h_dim": self.h_dim_,
+            "r_dim": self.r_dim_,
             "x_dim": 0 if self.x_scaler_ is None else int(self.x_scaler_.mean_.shape[0]),
             "phi_dim": 0 if self.phi_scaler_ is None else int(self.phi_scaler_.mean_.shape[0]),
             "x_scaler": sc(self.x_scaler_),
@@ -329,6 +362,7 @@ class AnchoredPrototypeSelector(Selector):
 
         try:
             self.emb_dim_ = int(state["emb_dim"])
+            self.h_dim_, self.r_dim_ = int(state.get("h_dim", 0)), int(state.get("r_dim", 0))
             self.x_scaler_ = sc(state.get("x_scaler"))
             self.phi_scaler_ = sc(state.get("phi_scaler"))
             x_dim, phi_dim = int(state["x_dim"]), int(state["phi_dim"])

@@ -7,11 +7,14 @@ scaled question-side input ``x`` (N, D) or None, the scaled interaction features
 - Loss: the multi-positive contrastive loss (Eq. 8 of the paper, ``tau = 1`` on the
   scorer's logits) over training instances with at least one positive and one negative.
 - AdamW, cosine learning-rate decay over ``max_epochs``, gradient clipping at 1.0.
-- **Model selection on validation rank-1 accuracy** (answerable validation instances,
-  ties by retrieval rank, as the benchmark measures), with the validation loss breaking
-  ties. The untrained scorer (epoch 0) is a candidate: it ranks exactly as retrieval
-  order, so the returned model is never worse than retrieval order on validation.
-  Training stops after ``patience`` epochs without a better candidate.
+- **Model selection on validation** (``select_on``): ``"accuracy"`` keeps the epoch with
+  the best rank-1 accuracy over answerable validation instances (ties by retrieval rank,
+  as the benchmark measures; the validation loss breaks ties); ``"loss"`` keeps the
+  epoch with the lowest validation loss *among those whose validation rank-1 is not
+  below the untrained scorer's*. Either way the untrained scorer (epoch 0) is a
+  candidate: it ranks exactly as retrieval order, so the returned model is never worse
+  than retrieval order on validation. Training stops after ``patience`` epochs without
+  a better candidate.
 - Without a validation split, ``val_fraction`` of the training instances is carved out.
 """
 
@@ -48,6 +51,7 @@ class AnchoredTrainConfig:
     batch_size: int = 128  #: instances per step
     max_epochs: int = 60  #: epoch limit
     patience: int = 12  #: epochs without a better validation candidate before stopping
+    select_on: str = "accuracy"  #: model selection: "accuracy" or "loss" (guarded, see above)
     grad_clip: float = 1.0  #: max gradient norm
     val_fraction: float = 0.1  #: carved from train when no validation split is given
     seed: int = 0  #: seeds init, shuffling and carving
@@ -139,6 +143,8 @@ def train_anchored(
         ``(model, summary)``: the selected model in eval mode on CPU, and the summary.
     """
     cfg = config or AnchoredTrainConfig()
+    if cfg.select_on not in ("accuracy", "loss"):
+        raise ValueError(f"select_on must be 'accuracy' or 'loss', got {cfg.select_on!r}")
     seed_everything(cfg.seed)
     summary = AnchoredSummary()
     keep, _, _ = usable(train["y"], train["m"])
@@ -206,7 +212,11 @@ def train_anchored(
         acc, vloss = criterion()
         summary.val_acc.append(acc)
         summary.epochs_run = epoch + 1
-        if acc > best_acc + 1e-12 or (abs(acc - best_acc) <= 1e-12 and vloss < best_loss - 1e-7):
+        if cfg.select_on == "loss":
+            better = acc >= summary.val_acc_retrieval - 1e-12 and vloss < best_loss - 1e-7
+        else:
+            better = acc > best_acc + 1e-12 or (abs(acc - best_acc) <= 1e-12 and vloss < best_loss - 1e-7)
+        if better:
             best_acc, best_loss, summary.best_epoch, bad = acc, vloss, epoch + 1, 0
             best_state = copy.deepcopy(model.state_dict())
         else:

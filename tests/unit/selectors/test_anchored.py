@@ -111,3 +111,22 @@ def test_bad_settings():
         make_selector("anchored", blocks="hs+nope")
     with pytest.raises(ConfigError, match="hidden"):
         make_selector("anchored", hidden=0).fit(make_toy_instances(n=10))
+
+
+@pytest.mark.parametrize("quantize", ["fp32", "int8"])
+def test_onnx_graph_matches_torch(tmp_path, quantize):
+    pytest.importorskip("onnxruntime")
+    from chunksel.pipeline.onnx_anchored import OnnxAnchored, export_anchored
+
+    inst = make_toy_instances(n=30, seed=7)
+    feats = _features(inst)
+    sel = make_selector("anchored", corpus=_corpus(inst, tmp_path / "c.tsv"), max_epochs=4, lr=1e-2, **SMALL)
+    sel.fit([x for x in inst if x.split == "train"], feats, [x for x in inst if x.split == "val"])
+    sel.save(tmp_path / "m")
+    runner = OnnxAnchored(export_anchored(load_selector(tmp_path / "m"), tmp_path / "a.onnx", quantize))
+    got = runner.scores(**sel.graph_inputs(inst, feats))
+    ref = sel.score(inst, feats)
+    assert np.array_equal(np.isneginf(got), np.isneginf(ref))  # padded slots
+    real = np.isfinite(ref)
+    tol = 1e-4 if quantize == "fp32" else 0.05 * np.abs(ref[real]).max()
+    np.testing.assert_allclose(got[real], ref[real], atol=tol)

@@ -1,0 +1,200 @@
+"""ONNX export of a trained anchored prototype selector, and an ONNX Runtime runner.
+
+The graph takes what the selector reads per query, in the order below (only the inputs
+its blocks use), and returns the scores:
+
+    ``h``   (n, d_h) float32: the generator's final-layer last-token hidden state;
+    ``r``   (n, d_r) float32: the routing-weighted expert-response scores;
+    ``q``   (n, d) float32: the question's retriever embedding;
+    ``e``   (n, K, d) float32: the candidates' retriever embeddings, retrieval order,
+            all-zero rows at padded slots;
+    ``phi`` (n, K, F) float32: the raw interaction features
+            (:meth:`~chunksel.selectors.anchored.AnchoredPrototypeSelector.interaction_features`:
+            the LETOR features, which need the corpus's BM25 statistics, so they are
+            computed outside the graph).
+
+Output ``scores`` (n, K): the anchored logits, ``-inf`` at padded slots. Inside the graph:
+unit-normalisation of ``q`` and ``e``, assembly of ``x``, both standard scalers, the
+scorer (:class:`~chunksel.nn.anchored.AnchoredScorer`), the mask.
+
+It is traced with torch's TorchScript-based exporter (``dynamo=False``: the scorer has no
+data-dependent control flow, and that exporter needs nothing beyond torch). ``int8``
+applies ONNX Runtime's dynamic quantisation (``quantize_dynamic``, int8 weights per
+channel) to the fp32 graph. The layout is stored in the file's metadata (``chunksel.*``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunksel.errors import ConfigError, DataError
+
+OPSET = 17
+EXPORT_FORMAT = 1
+
+
+def input_names(selector: Any) -> list[str]:
+    """The graph's inputs for this selector's blocks, in order."""
+    names = [n for n, blk in (("h", "hs"), ("r", "rw")) if blk in selector.blocks]
+    names += ["q", "e"]
+    if "letor" in selector.blocks:
+        names.append("phi")
+    return names
+
+
+def _module(selector: Any):
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    class Graph(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = selector.model_
+            self.blocks = tuple(selector.blocks)
+            xs, ps = selector.x_scaler_, selector.phi_scaler_
+            self.register_buffer("x_mean", torch.as_tensor(xs.mean_ if xs else np.zeros(1), dtype=torch.float32))
+            self.register_buffer("x_scale", torch.as_tensor(xs.scale_ if xs else np.ones(1), dtype=torch.float32))
+            self.register_buffer("p_mean", torch.as_tensor(ps.mean_ if ps else np.zeros(1), dtype=torch.float32))
+            self.register_buffer("p_scale", torch.as_tensor(ps.scale_ if ps else np.ones(1), dtype=torch.float32))
+            self.has_x = xs is not None
+            self.has_phi = ps is not None
+
+        def forward(self, *inputs):
+            it = iter(inputs)
+            h = next(it) if "hs" in self.blocks else None
+            r = next(it) if "rw" in self.blocks else None
+            q = F.normalize(next(it), dim=-1)
+            e_raw = next(it)
+            mask = e_raw.abs().sum(-1) > 0
+            e = F.normalize(e_raw, dim=-1)
+            x = None
+            if self.has_x:
+                parts = [t for t in (h, r) if t is not None]
+                if "q" in self.blocks:
+                    parts.append(q)
+                if "chunk" in self.blocks:
+                    parts.append(e.reshape(e.shape[0], -1))
+                x = (torch.cat(parts, dim=1) - self.x_mean) / self.x_scale
+            phi = None
+            if self.has_phi:
+                phi = ((next(it) - self.p_mean) / self.p_scale) * mask.unsqueeze(-1).to(e.dtype)
+            s = self.model(q, e, x, phi)
+            return torch.where(mask, s, torch.full_like(s, float("-inf")))
+
+    return Graph().eval()
+
+
+def _example(selector: Any, n: int = 2):
+    import torch
+
+    lay = {"h": selector.h_dim_, "r": selector.r_dim_}
+    k, d = selector.k, selector.emb_dim_
+    out = []
+    for name in input_names(selector):
+        if name in lay:
+            out.append(torch.randn(n, lay[name]))
+        elif name == "q":
+            out.append(torch.randn(n, d))
+        elif name == "e":
+            out.append(torch.randn(n, k, d))
+        else:
+            out.append(torch.randn(n, k, selector.phi_scaler_.mean_.shape[0]))
+    return tuple(out)
+
+
+def anchored_graph_bytes(selector: Any, quantize: str = "fp32") -> bytes:
+    """The serialised ONNX graph of a fitted anchored selector."""
+    import torch
+
+    if getattr(selector, "name", "") != "anchored":
+        raise ConfigError("anchored_graph_bytes needs a trained anchored selector")
+    selector._check_fitted()
+    if quantize not in ("fp32", "int8"):
+        raise ConfigError(f"quantize must be 'fp32' or 'int8', got {quantize!r}")
+    names = input_names(selector)
+    dyn = {n: {0: "n"} for n in names}
+    dyn["scores"] = {0: "n"}
+    buf = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(_module(selector), _example(selector), buf, dynamo=False, input_names=names,
+                          output_names=["scores"], dynamic_axes=dyn, opset_version=OPSET)
+    import onnx
+
+    model = onnx.load_from_string(buf.getvalue())
+    meta = {
+        "chunksel.selector": "anchored",
+        "chunksel.format": str(EXPORT_FORMAT),
+        "chunksel.inputs": json.dumps(names),
+        "chunksel.blocks": json.dumps(list(selector.blocks)),
+        "chunksel.k": str(selector.k),
+        "chunksel.quantize": quantize,
+        "chunksel.generator_id": selector.generator_id,
+        "chunksel.encoder_id": selector.encoder_id,
+    }
+    for key, value in meta.items():
+        p = model.metadata_props.add()
+        p.key, p.value = key, value
+    data = model.SerializeToString()
+    if quantize == "int8":
+        import tempfile
+
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        with tempfile.TemporaryDirectory() as tmp:
+            fp32, int8 = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
+            fp32.write_bytes(data)
+            quantize_dynamic(str(fp32), str(int8), per_channel=True, weight_type=QuantType.QInt8)
+            data = int8.read_bytes()
+    return data
+
+
+def export_anchored(selector: Any, path: str | Path, quantize: str = "fp32") -> Path:
+    """Write the selector's ONNX graph to ``path`` (atomically) and return the path."""
+    data = anchored_graph_bytes(selector, quantize)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return path
+
+
+class OnnxAnchored:
+    """Runs an exported anchored graph with ONNX Runtime (numpy and onnxruntime only).
+
+    Args:
+        model: a path to the ``.onnx`` file or its bytes.
+        threads: intra-op threads (default 1).
+    """
+
+    def __init__(self, model: str | Path | bytes, threads: int = 1) -> None:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        data = model if isinstance(model, bytes) else Path(model).read_bytes()
+        try:
+            self.session = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+        except Exception as err:
+            raise DataError(f"not a valid ONNX graph: {str(err).splitlines()[0][:200]}") from None
+        meta = self.session.get_modelmeta().custom_metadata_map
+        if meta.get("chunksel.selector") != "anchored":
+            raise DataError("this ONNX graph is not an exported anchored selector")
+        self.inputs = json.loads(meta["chunksel.inputs"])
+        self.k = int(meta["chunksel.k"])
+        self.meta = dict(meta)
+
+    def scores(self, **arrays: np.ndarray) -> np.ndarray:
+        """(n, K) scores from the named inputs (``h``, ``r``, ``q``, ``e``, ``phi`` as used)."""
+        missing = [n for n in self.inputs if n not in arrays]
+        if missing:
+            raise DataError(f"the anchored graph needs inputs {self.inputs}; missing {missing}")
+        feed = {n: np.ascontiguousarray(arrays[n], dtype=np.float32) for n in self.inputs}
+        return self.session.run(["scores"], feed)[0]

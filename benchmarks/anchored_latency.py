@@ -1,0 +1,134 @@
+"""Batch-1 latency of the anchored prototype selector: torch and ONNX Runtime, fp32 and int8.
+
+Writes ``benchmarks/results/anchored_latency.json`` and prints a table.
+
+    python benchmarks/anchored_latency.py --dataset triviaqa [--limit 3000] [--calls 300]
+
+One thread (torch, ONNX Runtime, BLAS). The selector is trained with its defaults on the
+dataset's training split (validation for model selection), with the SmolLM2 features
+from the feature store (they must be extracted: ``chunksel features --dataset ...``).
+Per test instance, at batch 1, cycled over the test split, after warm-up calls:
+
+- ``score``: ``selector.score([instance], features)``: the whole query-side path after
+  the warm-up pass: feature-store lookup, embeddings, LETOR features (BM25 statistics in
+  memory), scaling, the torch scorer;
+- ``letor``: the interaction features alone (the part LambdaMART also pays);
+- ``torch-graph``: the traced scorer module on prepared inputs (what the ONNX graph does);
+- ``ort-fp32`` / ``ort-int8``: the exported graph in ONNX Runtime on the same inputs;
+  ``int8`` is ONNX Runtime's dynamic quantisation (int8 weights per channel).
+Rank-1 over answerable test instances for each numeric variant, and the share of test
+instances where int8 picks the same chunk as fp32.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "anchored_latency.json"
+
+
+def time_calls(fn, args_list, warmup: int = 20) -> dict[str, float]:
+    for a in args_list[:warmup]:
+        fn(a)
+    times = []
+    for a in args_list:
+        t0 = time.perf_counter()
+        fn(a)
+        times.append(time.perf_counter() - t0)
+    ms = np.array(times) * 1e3
+    return {"p50_ms": float(np.median(ms)), "p95_ms": float(np.percentile(ms, 95)), "calls": len(ms)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dataset", default="triviaqa")
+    ap.add_argument("--limit", type=int, default=3000)
+    ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+
+    from chunksel.build import build_instances, generator_store
+    from chunksel.pipeline.onnx_anchored import OnnxAnchored, _module, anchored_graph_bytes
+    from chunksel.selectors import make_selector
+    from chunksel.selectors.letor import _MEMO, letor_features
+    from chunksel.types import label_matrix
+
+    inst = build_instances(args.dataset, k=5, index="flat", limit=args.limit, progress=False).instances
+    feats, _, _ = generator_store()
+    train = [i for i in inst if i.split == "train"]
+    val = [i for i in inst if i.split == "val"]
+    test = [i for i in inst if i.split == "test"]
+    sel = make_selector("anchored", seed=args.seed, progress=False).fit(train, feats, val)
+    calls = [test[i % len(test)] for i in range(args.calls)]
+
+    res: dict = {
+        "benchmark": "anchored_latency", "dataset": args.dataset, "limit": args.limit,
+        "test_instances": len(test), "threads": 1, "torch": torch.__version__,
+        "machine": platform.machine(), "n_parameters": sel.n_parameters(),
+        "blocks": list(sel.blocks), "summary": {k: v for k, v in sel.summary_.items() if k not in ("train_loss", "val_acc")},
+        "variants": {},
+    }
+    v = res["variants"]
+    sel.score(test[:1], feats)
+    v["score"] = time_calls(lambda i: sel.score([i], feats), calls)
+
+    def letor_once(i):
+        _MEMO.clear()  # time the computation, not the in-process memo
+        letor_features([i], sel.corpus, sel.k1, sel.b)
+
+    v["letor"] = time_calls(letor_once, calls)
+
+    feeds = [sel.graph_inputs([i], feats) for i in test]
+    names = [n for n in ("h", "r", "q", "e", "phi") if n in feeds[0]]
+    module = _module(sel)
+
+    @torch.inference_mode()
+    def torch_graph(f):
+        return module(*(torch.from_numpy(f[n]) for n in names))
+
+    v["torch-graph"] = time_calls(torch_graph, [feeds[i % len(feeds)] for i in range(args.calls)])
+    labels = label_matrix(test, k=5)
+    answerable = labels.any(axis=1)
+    picks = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in ("fp32", "int8"):
+            path = Path(tmp) / f"{mode}.onnx"
+            path.write_bytes(anchored_graph_bytes(sel, mode))
+            runner = OnnxAnchored(path, threads=1)
+            v[f"ort-{mode}"] = time_calls(lambda f, r=runner: r.scores(**f), [feeds[i % len(feeds)] for i in range(args.calls)])
+            v[f"ort-{mode}"]["file_bytes"] = path.stat().st_size
+            scores = np.concatenate([runner.scores(**f) for f in feeds])
+            picks[mode] = np.argmax(scores, axis=1)
+            v[f"ort-{mode}"]["rank1_answerable"] = float(labels[np.arange(len(test)), picks[mode]][answerable].mean())
+    torch_scores = sel.score(test, feats)
+    res["rank1_answerable_torch"] = float(labels[np.arange(len(test)), np.argmax(torch_scores, axis=1)][answerable].mean())
+    res["int8_same_pick"] = float((picks["int8"] == picks["fp32"]).mean())
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(res, indent=2))
+    print(f"{'variant':<12} {'p50 ms':>8} {'p95 ms':>8}")
+    for name, r in v.items():
+        print(f"{name:<12} {r['p50_ms']:8.3f} {r['p95_ms']:8.3f}")
+    print(f"rank-1 (answerable) torch {res['rank1_answerable_torch']:.4f} ort-fp32 {v['ort-fp32']['rank1_answerable']:.4f} "
+          f"ort-int8 {v['ort-int8']['rank1_answerable']:.4f}; int8 same pick {res['int8_same_pick']:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

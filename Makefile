@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test bench bench-full lint models
+.PHONY: install test bench bench-full bench-large lint models
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,3 +33,6 @@ bench: install models
 
 bench-full: install models
 	$(BIN)/chunksel bench --profile full --out reports/full
+
+bench-large: install models
+	$(BIN)/chunksel bench --profile large --out reports/large

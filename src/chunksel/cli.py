@@ -78,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="run the benchmark study and write the report")
     _common(p)
-    p.add_argument("--profile", choices=["quick", "full"], default="quick")
+    p.add_argument("--profile", choices=["quick", "full", "large"], default="quick",
+                   help="quick (<= 500 questions a dataset, 1 seed), full (<= 3,000, 3 seeds), "
+                        "large (every question, 3 seeds, learning curves; no Tables 2-3)")
     p.add_argument("--datasets", nargs="+", default=None)
     p.add_argument("--selectors", nargs="+", default=None)
     p.add_argument("--out", default=None, help="report directory (default reports/<profile>)")

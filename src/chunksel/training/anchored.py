@@ -40,18 +40,18 @@ from chunksel.training.trainer import seed_everything, usable
 class AnchoredTrainConfig:
     """Settings of :func:`train_anchored`."""
 
-    hidden: int = 256  #: width of the prototype MLP g
+    hidden: int = 64  #: width of the prototype MLP g
     depth: int = 2  #: hidden layers of g
-    phi_hidden: int = 32  #: width of the interaction MLP u
-    phi_depth: int = 1  #: hidden layers of u
-    dropout: float = 0.1  #: dropout after each hidden layer
+    phi_hidden: int = 64  #: width of the interaction MLP u
+    phi_depth: int = 2  #: hidden layers of u
+    dropout: float = 0.3  #: dropout after each hidden layer
     tau: float = 0.1  #: temperature of the prototype term
     lr: float = 1e-3  #: AdamW peak learning rate
     weight_decay: float = 1e-2  #: AdamW weight decay
     batch_size: int = 128  #: instances per step
     max_epochs: int = 60  #: epoch limit
     patience: int = 12  #: epochs without a better validation candidate before stopping
-    select_on: str = "accuracy"  #: model selection: "accuracy" or "loss" (guarded, see above)
+    select_on: str = "loss"  #: model selection: "loss" (guarded, see above) or "accuracy"
     grad_clip: float = 1.0  #: max gradient norm
     val_fraction: float = 0.1  #: carved from train when no validation split is given
     seed: int = 0  #: seeds init, shuffling and carving

@@ -364,13 +364,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if (folder / "config.json").is_file():
             sel = load_selector(folder)
             summary = json.loads((folder.parent / (folder.name + ".summary.json")).read_text())
-            return sel, summary
+            return sel, summary, folder
         log(f"training {name} seed {seed}")
         sel = make_selector("sras", **settings)
         sel.fit(train, reward_fn=None if name == "supervised" else rewards[settings.get("reward", "hybrid")])
         sel.save(folder)
         write_json(folder.parent / (folder.name + ".summary.json"), sel.summary_)
-        return sel, sel.summary_
+        return sel, sel.summary_, folder
 
     results: dict[str, Any] = {
         "config": {**vars(args), "seeds": seeds, "variants": variants, "work": str(work),
@@ -385,9 +385,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ev = work / "eval"
     for seed in seeds:
         sels: dict[str, Any] = {"retrieval": make_selector("retrieval"), "random": make_selector("random", seed=seed)}
+        # evaluation files are named after what made the picks (a trained model: its folder,
+        # whose name hashes its settings), so a changed budget never reuses stale scores
+        tags = {"retrieval": "retrieval", "random": f"random-s{seed}"}
         for name in ["supervised", *variants]:
-            sel, summary = trained(name, seed)
-            sels[name] = sel
+            sel, summary, folder = trained(name, seed)
+            sels[name], tags[name] = sel, folder.name
             if name != "supervised":
                 results["reward_curves"].setdefault(name, []).append(summary.get("reward_per_epoch", []))
             results["training"].setdefault(name, []).append(
@@ -396,7 +399,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name, sel in sels.items():
             if name == "retrieval" and seed != seeds[0]:
                 continue  # deterministic: one evaluation, no interval
-            tag = f"{name}-s{seed}" if name != "retrieval" else name
+            tag = tags[name]
             log(f"evaluating {name} seed {seed} on {len(test)} test questions")
             per_seed.setdefault(name, []).append(evaluate(sel, test, args.k, evaluator, ev / f"nq-k{args.k}-{tag}.json"))
             if squad and name in ("retrieval", "random", "sras"):
@@ -412,8 +415,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["squad2"][name] = summarise(rows)
 
     # latency, parameters and size (SRAS of the first seed)
-    sras, _ = trained("sras" if "sras" in variants else "supervised", seeds[0])
-    folder = next((work / "models").glob(f"{'sras' if 'sras' in variants else 'supervised'}-s{seeds[0]}-*/"))
+    sras, _, folder = trained("sras" if "sras" in variants else "supervised", seeds[0])
     size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
     results["size"] = {"parameters": sras.n_parameters(), "weights_bytes": (folder / "model.safetensors").stat().st_size,
                        "total_bytes": size, "total_mb": size / 1e6}

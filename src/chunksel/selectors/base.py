@@ -287,6 +287,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "duet": ("chunksel.selectors.neural:DuetSelector", "train"),
     "prototype": ("chunksel.selectors.prototype:PrototypeSelector", "train"),
     "anchored": ("chunksel.selectors.anchored:AnchoredPrototypeSelector", "train"),
+    "sras": ("chunksel.selectors.sras:SRASSelector", "sras"),
 }
 
 

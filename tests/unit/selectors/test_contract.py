@@ -21,6 +21,8 @@ SMALL: dict[str, dict] = {
     "duet": {"n_filters": 8, "hidden": 8, "max_query_len": 8, "max_doc_len": 16, "max_epochs": 2},
     "prototype": {"hidden": 16, "max_epochs": 2, "batch_size": 8},
     "anchored": {"hidden": 16, "phi_hidden": 8, "max_epochs": 2, "batch_size": 8},
+    # warm-up, then one PPO epoch on the cheap label reward (no generator)
+    "sras": {"hidden": 16, "warmup_epochs": 2, "ppo_epochs": 1, "update_epochs": 2, "reward": "label"},
 }
 CORPUS_SETTING = "corpus"  # bm25 and the LETOR rankers read corpus statistics
 

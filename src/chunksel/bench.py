@@ -50,9 +50,13 @@ from chunksel.errors import ConfigError
 #: Table 1's dataset order: the paper's three first
 DATASETS: tuple[str, ...] = ("triviaqa", "popqa", "msmarco", "nq", "squad2", "hotpotqa")
 SELECTORS: tuple[str, ...] = (
-    "retrieval", "random", "oracle", "bm25", "ranksvm", "lambdamart", "knrm", "drmm", "duet", "prototype",
-    "anchored",
+    "retrieval", "random", "oracle", "bm25", "ranksvm", "lambdamart", "knrm", "drmm", "duet", "sras",
+    "prototype", "anchored",
 )
+#: SRAS's PPO rewards come from generated answers (about a second each on two cores): the
+#: profiles run a reduced, stated PPO budget on top of its supervised warm-up
+SRAS_QUICK = {"ppo_epochs": 1, "max_questions": 16}
+SRAS_FULL = {"ppo_epochs": 2, "max_questions": 64}
 #: the flagship (retrieval-anchored prototype) and the paper's configuration (reproduction)
 FLAGSHIP = "anchored"
 REPRODUCTION = "prototype"
@@ -107,12 +111,13 @@ class Profile:
 
 PROFILES = {
     "quick": Profile("quick", limit=500, seeds=(0,), budgets=(10, 20, 30, 40, 50, 60, 70, 80, 90, 100),
-                     latency_queries=50),
+                     latency_queries=50, overrides={"sras": SRAS_QUICK}),
     "full": Profile("full", limit=3000, seeds=(0, 1, 2), budgets=(10, 30, 50, 70, 100),
                     ablation_seeds=(0, 1, 2), curve_datasets=("triviaqa", "nq"),
-                    curve_sizes=(250, 500, 1000, None)),
+                    curve_sizes=(250, 500, 1000, None), overrides={"sras": SRAS_FULL}),
     "large": Profile("large", limit=None, seeds=(0, 1, 2), budgets=(), ablation_seeds=(),
-                     curve_datasets=("triviaqa", "nq"), curve_sizes=(500, 1000, 2000, 4000, None)),
+                     curve_datasets=("triviaqa", "nq"), curve_sizes=(500, 1000, 2000, 4000, None),
+                     overrides={"sras": SRAS_FULL}),
 }
 
 

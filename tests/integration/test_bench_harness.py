@@ -22,16 +22,30 @@ def test_harness_end_to_end(tmp_path):
     ids = [i.question.id for insts in data.values() for i in insts]
     rng = np.random.default_rng(0)
     feats = InMemoryFeatures(ids, h=rng.normal(size=(len(ids), 6)), r=rng.random((len(ids), 4)))
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("id\ttext\ttitle\tsource\n" + "".join(
+        f"{c.id}\t{c.text}\t{c.title}\ttoy\n" for insts in data.values() for i in insts for c in i.candidates))
     prof = Profile(
         "tiny", limit=40, seeds=(0, 1), budgets=(50, 100), latency_queries=3,
-        overrides={"prototype": {"hidden": 16, "max_epochs": 5, "patience": 2, "batch_size": 8}},
+        curve_datasets=("popqa",), curve_sizes=(4, None),
+        overrides={"prototype": {"hidden": 16, "max_epochs": 5, "patience": 2, "batch_size": 8},
+                   "anchored": {"hidden": 8, "phi_hidden": 8, "max_epochs": 3, "batch_size": 8,
+                                "corpus": str(corpus)}},
     )
-    out = run_study(data, ["retrieval", "oracle", "prototype"], prof, feats, tmp_path / "rep", progress=False)
+    out = run_study(data, ["retrieval", "oracle", "prototype", "anchored"], prof, feats, tmp_path / "rep",
+                    progress=False)
 
     results = json.loads((out / "results.json").read_text())
     assert results["datasets"] == ["popqa", "msmarco"]
     t1 = results["table1"]
-    assert set(t1) == {"retrieval", "oracle", "prototype"}
+    assert set(t1) == {"retrieval", "oracle", "prototype", "anchored"}
+    assert len(t1["anchored"]["per_dataset"]["popqa"]["val_seeds"]) == 2
+    ga = results["generator_ablation"]
+    assert set(ga["variants"]) == {"with h, r", "without h, r"} and set(ga["delta"]) == {"popqa", "msmarco"}
+    # the with-h,r variant is Table 1's anchored row, seed for seed
+    assert ga["variants"]["with h, r"]["per_dataset"]["popqa"]["seeds"] == t1["anchored"]["per_dataset"]["popqa"]["seeds"]
+    curve = results["learning_curve"]["popqa"]
+    assert set(curve["per_selector"]) == {"prototype", "anchored"} and curve["sizes"][0] == 4
     # the oracle is perfect on answerable instances; retrieval order is not
     assert t1["oracle"]["per_dataset"]["popqa"]["seeds"] == [100.0]
     assert len(t1["prototype"]["per_dataset"]["msmarco"]["seeds"]) == 2
@@ -40,9 +54,12 @@ def test_harness_end_to_end(tmp_path):
     assert set(results["table3"]) == {"50", "100"}
     assert results["strongest_baseline"] == "retrieval"
     assert set(results["significance"]) == {"popqa", "msmarco"}
-    assert "prototype" in results["pooled"]
+    pairs = [(e["a"], e["b"]) for e in results["significance"]["popqa"]]
+    assert pairs == [("anchored", "retrieval"), ("prototype", "retrieval")]
+    assert {"prototype", "anchored"} <= set(results["pooled"])
     report = (out / "report.md").read_text()
-    assert "Table 1" in report and "PopQA" in report
+    assert "Table 1" in report and "PopQA" in report and "Anchored prototype" in report
+    assert "Learning curves" in report and "Does the generator help?" in report
     assert any(p.suffix == ".png" for p in out.iterdir())
 
 

@@ -10,7 +10,7 @@ questions from the test split.
 Selectors pick ``k = 3`` chunks; a frozen generator (SmolLM2-135M-Instruct,
 ``LocalBackend``, greedy, 32 new tokens) answers from them; answers are scored with
 relaxed F1 and BERTScore F1 (local all-MiniLM-L6-v2, layer 5, no rescaling: see
-:mod:`chunksel.eval.answers`) against the NQ answers. Rows:
+:mod:`chunksel.labels.answers`) against the NQ answers. Rows:
 
 - top-k cosine (``retrieval``), random (``random``, per seed), the supervised
   feed-forward selector (``sras`` with ``ppo_epochs=0``: the same scorer, cross-entropy
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         os.environ["TQDM_DISABLE"] = "1"
     from chunksel.config import cache_root
     from chunksel.data.corpus import Corpus
-    from chunksel.eval.answers import BertScoreF1
+    from chunksel.labels.answers import BertScoreF1
     from chunksel.labels.gold import GoldIndex
     from chunksel.llm.local import LocalBackend
     from chunksel.retrieval.embeddings import corpus_embeddings

@@ -348,7 +348,8 @@ def run_study(
         features: question features for selectors that read the warm-up pass.
         reuse: reuse (and store) memoised fit + evaluation results (see ``_Memo``).
     """
-    from chunksel.eval.report import format_table1, write_report
+    from chunksel.eval.output import write_report
+    from chunksel.eval.report import format_table1
 
     extra_config = extra_config or {}
     timings = timings if timings is not None else {}
@@ -517,7 +518,7 @@ class _Study:
 
     def table3(self) -> dict[str, Any]:
         """The paper prototype's feature-budget curve, mean over the ablation seeds."""
-        from chunksel.training.budgets import run_budgets
+        from chunksel.eval.studies import run_budgets
 
         table3: dict[str, Any] = {}
         if not self.prof.ablation_seeds or not self.prof.budgets:

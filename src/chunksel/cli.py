@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     progress = not args.quiet
     if args.command == "fetch-models":
-        from chunksel.llm.fetch import fetch_models
+        from chunksel.llm.models import fetch_models
 
         for name, path in fetch_models().items():
             print(f"{name}: {path}")

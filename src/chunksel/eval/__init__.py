@@ -25,13 +25,13 @@ from chunksel.eval.metrics import (
     recall_at_k,
     subset_mask,
 )
+from chunksel.eval.output import write_report
 from chunksel.eval.report import (
     format_table1,
     metrics_to_percent,
     seed_cell,
     significance_entry,
     strongest_baseline,
-    write_report,
 )
 from chunksel.eval.significance import (
     bootstrap_interval,

@@ -1,6 +1,6 @@
 """The benchmark report: markdown tables, plots and ``results.json`` from one dict.
 
-:func:`write_report` consumes a *results dict* and writes ``report.md``,
+:func:`chunksel.eval.output.write_report` consumes a *results dict* and writes ``report.md``,
 ``results.json`` (the dict itself, NaN as null) and the PNG plots into ``out_dir``.
 Every piece except ``table1`` is optional, and each table also tolerates missing
 datasets/selectors: a missing table is skipped, a missing cell prints "–", and an
@@ -741,31 +741,3 @@ def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str] | None 
                 parts.append(f"![{kind}]({plots[kind]})")
     parts.append(_setup_section(results))
     return "\n\n".join(parts) + "\n"
-
-
-def write_report(results: Mapping[str, Any], out_dir: str | Path, plots: bool = True) -> Path:
-    """Write ``report.md``, ``results.json`` and the plots into ``out_dir``.
-
-    Args:
-        results: the results dict (schema in the module docstring).
-        out_dir: created if missing.
-        plots: draw the PNG plots (needs matplotlib, ``chunksel[eval]``).
-
-    Returns:
-        The path of ``report.md``.
-    """
-    if not isinstance(results, Mapping):
-        raise DataError(f"results must be a dict, got {type(results).__name__}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    made: dict[str, str] = {}
-    if plots:
-        from chunksel.eval.plots import write_plots
-
-        made = {k: p.name for k, p in write_plots(results, out).items()}
-    (out / "results.json").write_text(
-        json.dumps(_jsonable(results), indent=2, allow_nan=False) + "\n", encoding="utf-8"
-    )
-    path = out / "report.md"
-    path.write_text(render_markdown(results, made), encoding="utf-8")
-    return path

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from chunksel.errors import ConfigError
-from chunksel.features.adapters import ExpertAdapter, _Capture, _decoder_layers
+from chunksel.features.capture import ExpertAdapter, _Capture, _decoder_layers
 
 
 class DenseAdapter(ExpertAdapter):

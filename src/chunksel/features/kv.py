@@ -20,7 +20,7 @@ import torch
 
 from chunksel.features.adapters import ExpertAdapter, make_adapter
 from chunksel.features.extract import _pad_id, forward_with_features
-from chunksel.llm.prompts import MAX_PROMPT_TOKENS, generation_prompt_ids, question_prompt_ids
+from chunksel.llm.prompts import MAX_PROMPT_TOKENS, generation_prompt_ids, question_prompt
 
 
 @dataclass
@@ -91,10 +91,11 @@ def warm_up(
 ) -> WarmUp:
     """Run the question-only prompt once, keeping its KV cache and the features."""
     adapter = adapter or make_adapter(model)
-    ids = question_prompt_ids(tokenizer, question, max_tokens)
-    with torch.inference_mode():
+    prompt = question_prompt(tokenizer, question, max_tokens)
+    ids = prompt.ids
+    with torch.inference_mode():  # r over the question's tokens, as the feature store has it
         h, r, out = forward_with_features(model, adapter, [ids], _pad_id(tokenizer),
-                                          use_cache=True)
+                                          spans=[prompt.span], use_cache=True)
     return WarmUp(ids=ids, cache=getattr(out, _cache_name()), h=h[0].cpu().numpy(),
                   r=r[0].cpu().numpy(), next_logits=out.logits[0, -1].float().cpu().numpy())
 

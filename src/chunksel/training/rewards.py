@@ -10,7 +10,7 @@ to one float per instance::
   tokens) and the answer is scored against the reference answers:
   ``R = alpha * RelaxedF1 + (1 - alpha) * BERTScoreF1`` with ``alpha = 0.6``
   (``mode="hybrid"``, Eq. 1), or the sparse exact match ``R = EM`` (``mode="sparse"``:
-  the paper's "without reward shaping" ablation). Metrics: :mod:`chunksel.eval.answers`.
+  the paper's "without reward shaping" ablation). Metrics: :mod:`chunksel.labels.answers`.
 - :class:`LabelReward`: a cheap reward from the candidates' labels (share of the chosen
   chunks that are positive): for tests, toy bandits and label-only studies.
 
@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from chunksel.errors import ConfigError
-from chunksel.eval.answers import exact_match, relaxed_f1
+from chunksel.labels.answers import exact_match, relaxed_f1
 from chunksel.types import Instance
 
 #: the generation prompt (one user turn): question first, then the chosen chunks
@@ -142,7 +142,7 @@ class QAReward:
             ``"sparse"`` (exact match, the "without reward shaping" ablation).
         alpha: the relaxed-F1 weight (0.6).
         bertscore: a callable ``(predictions, references) -> (N,) F1`` (default
-            :class:`chunksel.eval.answers.BertScoreF1` on local MiniLM; only built for
+            :class:`chunksel.labels.answers.BertScoreF1` on local MiniLM; only built for
             ``mode="hybrid"``).
 
     Attributes:
@@ -160,7 +160,7 @@ class QAReward:
         self.mode = mode
         self.alpha = alpha
         if bertscore is None and mode == "hybrid":
-            from chunksel.eval.answers import BertScoreF1
+            from chunksel.labels.answers import BertScoreF1
 
             bertscore = BertScoreF1()
         self.bertscore = bertscore

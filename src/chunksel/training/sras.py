@@ -14,7 +14,7 @@ a QA reward with a curriculum from easy to hard questions (SRAS paper, Sec. III-
    ``update_epochs`` AdamW steps minimise
    ``L = L_clip(eps) - c_H * H(pi) + c_V * 0.5 (V(q) - r_norm)^2``.
 3. **Curriculum** (Sec. III-D2, "we start training with easier QA pairs (higher top-1
-   overlap)"): each question's ease is :func:`~chunksel.eval.answers.answer_overlap` of
+   overlap)"): each question's ease is :func:`~chunksel.labels.answers.answer_overlap` of
    its top-ranked candidate (column 0) with its answers (1.0 = the top-1 chunk already
    holds every answer token). Questions are sorted easiest first (ties in a seeded random
    order); epoch ``e`` (0-based) of ``E`` draws its batches, shuffled, from the easiest
@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 from chunksel.config import show_progress
 from chunksel.errors import DataError
-from chunksel.eval.answers import answer_overlap
+from chunksel.labels.answers import answer_overlap
 from chunksel.nn.sras import SRASScorer, ValueHead
 from chunksel.training.losses import multi_positive_contrastive
 from chunksel.training.ppo import (

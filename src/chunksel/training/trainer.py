@@ -16,7 +16,7 @@ blocks / budget dims), the candidates' embeddings ``E`` (N, K, d), 0/1 ``labels`
 
 Temperature: ``tau`` is a setting; its default :data:`DEFAULT_TAU` = 0.1 was chosen by
 rank-1 accuracy on held-out contested instances with
-:func:`chunksel.selectors.prototype.sweep_tau` over {0.02, 0.05, 0.1, 0.2}, full model
+:func:`chunksel.eval.studies.sweep_tau` over {0.02, 0.05, 0.1, 0.2}, full model
 (h, r from SmolLM2-135M-Instruct Q4_1, MiniLM E, K = 5), recipe defaults, 5-fold
 cross-validation over the contested train+val instances (test untouched):
 

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from chunksel.eval.output import write_report
 from chunksel.eval.report import (
     fmt_params,
     format_significance,
@@ -18,7 +19,6 @@ from chunksel.eval.report import (
     seed_cell,
     significance_entry,
     strongest_baseline,
-    write_report,
 )
 
 DATASETS = ["triviaqa", "popqa", "msmarco"]

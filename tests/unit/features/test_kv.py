@@ -6,7 +6,7 @@ import copy
 
 import numpy as np
 import torch
-from tiny import tiny_llama
+from tiny import QUESTIONS, tiny_llama
 
 from chunksel.features.kv import common_prefix, generate_with_reuse, warm_up
 from chunksel.llm.prompts import generation_prompt_ids
@@ -47,3 +47,16 @@ def test_reuse_matches_fresh_pass(tok):
     with torch.no_grad():
         fresh_warm = model(input_ids=torch.tensor([warm.ids])).logits[0, -1].numpy()
     np.testing.assert_allclose(warm.next_logits, fresh_warm, atol=1e-4)
+
+
+def test_warm_up_features_equal_the_feature_store_rows(tok):
+    """The warm-up pass of the pipeline gives the features the selectors were trained on
+    (Eq. 2 over the question's tokens, as extraction computes it)."""
+    from chunksel.features.extract import extract_features
+
+    model = tiny_llama()
+    question = QUESTIONS[2]
+    warm = warm_up(model, tok, question)
+    ref = extract_features(model, tok, [question], progress=False)
+    np.testing.assert_allclose(warm.h, ref["h"][0], atol=1e-5)
+    np.testing.assert_allclose(warm.r, ref["r"][0], atol=1e-5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chunksel.eval.answers import (
+from chunksel.labels.answers import (
     BertScoreF1,
     answer_overlap,
     exact_match,

@@ -23,6 +23,9 @@ encoder_id          the retriever encoder of the candidates' (and questions')
 embedding_dim       the candidates' embedding dimension (0 if they carry none)
 corpora             ``{dataset: corpus}`` whose BM25 / TF-IDF statistics it read ({} if
                     it reads none)
+retrieval_scores    whether the training candidates carried retrieval scores (the LETOR
+                    features read them; a user's ``ctxs`` without ``score`` have none,
+                    and then the application path leaves them out too)
 ==================  ===================================================================
 
 :class:`chunksel.pipeline.chunk_selector.ChunkSelector` checks ``generator_id`` and
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -159,6 +163,7 @@ def training_provenance(selector: Any, train: Sequence[Instance], features: Any 
         "encoder_id": enc_id,
         "embedding_dim": emb_dim,
         "corpora": corpora,
+        "retrieval_scores": any(not math.isnan(c.score) for i in train for c in i.candidates),
     }
 
 

@@ -394,6 +394,9 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
             body, timings = await work(t0)
             timings["request"] = (time.perf_counter() - t0) * 1e3
             metrics.observe(timings)
+            if isinstance(body, dict) and isinstance(body.get("timings_ms"), dict):
+                body["timings_ms"]["queue"] = round(timings.get("queue", 0.0), 3)
+                body["timings_ms"]["request"] = round(timings["request"], 3)
             return JSONResponse(body)
         except ApiError as err:
             status = err.status

@@ -447,7 +447,16 @@ class ChunkSelector:
                                        title=str(title_l[i][j]) if title_l[i] is not None else ""))
             batch.append(Instance(question=q, candidates=cands))
         t = time.perf_counter()
-        scores = self.selector.score(batch, feats)
+        if "corpus_stats" in self.inputs:
+            from chunksel.selectors.letor import MEMO_ENABLED
+
+            token = MEMO_ENABLED.set(False)  # a server's memo would keep every request's chunks
+            try:
+                scores = self.selector.score(batch, feats)
+            finally:
+                MEMO_ENABLED.reset(token)
+        else:
+            scores = self.selector.score(batch, feats)
         timings["score"] = (time.perf_counter() - t) * 1e3
         timings["total"] = (time.perf_counter() - t0) * 1e3
 

@@ -233,3 +233,11 @@ def test_import_chunksel_stays_light():
             "from chunksel import ChunkSelector; assert 'torch' not in sys.modules; print(ChunkSelector.__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ChunkSelector"
+
+
+def test_the_application_path_keeps_no_letor_memo(trained, tiny_generator):
+    from chunksel.selectors import letor
+
+    letor._MEMO.clear()
+    _load(trained["lambdamart"][1], tiny_generator).select(QUESTION, CHUNKS + ["a fresh chunk"], k=1)
+    assert not letor._MEMO and letor.MEMO_ENABLED.get()

@@ -27,6 +27,10 @@ questions in one pass (one encoder call, one batched warm-up pass, one scoring c
 :class:`~chunksel.errors.UnscoredChunksWarning` says how many were left out: put the
 retriever's best chunks first. The other selectors score every chunk.
 
+**Threads.** A ``ChunkSelector`` may be shared by threads (the server does): generator
+passes run one at a time (its feature hooks sit on the shared model), the rest
+concurrently.
+
 **Provenance.** The saved selector records the generator and encoder it was trained with
 (:mod:`chunksel.selectors.provenance`); a different generator or encoder here is a
 :class:`~chunksel.errors.DataError`, never a silent fallback.
@@ -188,6 +192,9 @@ class ChunkSelector:
         else:
             self._generator_path = generator
         self._lock = threading.Lock()
+        #: one generator pass at a time: the feature hooks are attached to the shared model,
+        #: so concurrent passes would read each other's activations
+        self._gen_lock = threading.RLock()
         self.corpus: str | None = None
         if "corpus_stats" in self.inputs:
             from chunksel.selectors.bm25 import use_saved_corpus
@@ -543,8 +550,9 @@ class ChunkSelector:
             from chunksel.features.extract import extract_features
 
             model, tokenizer, _ = self.generator()
-            got = extract_features(model, tokenizer, [questions[i] for i in todo], batch_size=len(todo),
-                                   progress=False)
+            with self._gen_lock:
+                got = extract_features(model, tokenizer, [questions[i] for i in todo], batch_size=len(todo),
+                                       progress=False)
             for n, i in enumerate(todo):
                 h[i], r[i] = got["h"][n], got["r"][n]
         dims = {len(x) for x in h}, {len(x) for x in r}
@@ -565,7 +573,7 @@ class ChunkSelector:
 
         model, tokenizer, _ = self.generator()
         prompt = question_prompt(tokenizer, question)
-        with torch.inference_mode():
+        with self._gen_lock, torch.inference_mode():
             h, r, out = forward_with_features(model, make_adapter(model), [prompt.ids], _pad_id(tokenizer),
                                               spans=[prompt.span], use_cache=True)
         return WarmUp(ids=list(prompt.ids), cache=getattr(out, _cache_name()), h=h[0].cpu().numpy(),
@@ -591,7 +599,9 @@ class ChunkSelector:
             warm = self.warm_up(question)
             sel.timings["warmup"] = sel.timings.get("warmup", 0.0) + (time.perf_counter() - t) * 1e3
         t = time.perf_counter()
-        gen = generate_with_reuse(model, tokenizer, question, sel.chunks[0], warm.cache, warm.ids, max_new_tokens)
+        with self._gen_lock:
+            gen = generate_with_reuse(model, tokenizer, question, sel.chunks[0], warm.cache, warm.ids,
+                                      max_new_tokens)
         sel.timings["generate"] = (time.perf_counter() - t) * 1e3
         sel.warm_up = None  # its cache was cropped in place by generation
         return gen.text, sel

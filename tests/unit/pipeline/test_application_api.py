@@ -241,3 +241,17 @@ def test_the_application_path_keeps_no_letor_memo(trained, tiny_generator):
     letor._MEMO.clear()
     _load(trained["lambdamart"][1], tiny_generator).select(QUESTION, CHUNKS + ["a fresh chunk"], k=1)
     assert not letor._MEMO and letor.MEMO_ENABLED.get()
+
+
+def test_concurrent_selects_with_one_generator_agree_with_sequential_ones(trained, tiny_generator):
+    """The warm-up hooks live on the shared model: concurrent passes must not mix."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cs = _load(trained["prototype"][1], tiny_generator)
+    qs = [f"what is the {w} answer, please?" * (1 + i % 3) for i, w in enumerate(
+        ["alpha", "bravo", "golf", "echo", "delta", "hotel", "foxtrot", "charlie"])]
+    want = [cs.select(q, CHUNKS, k=4).all_scores for q in qs]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda q: cs.select(q, CHUNKS, k=4).all_scores, qs * 2))
+    for w, g in zip(want * 2, got, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

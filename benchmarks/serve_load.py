@@ -3,13 +3,17 @@
 Writes ``benchmarks/results/serve_load.json`` and prints a table.
 
     python benchmarks/serve_load.py                   # trains a tiny anchored model first
+    python benchmarks/serve_load.py --selector prototype   # the paper's prototype: SmolLM2 warm-up
     python benchmarks/serve_load.py --model DIR       # any saved selector
 
 Without ``--model`` the script writes a small user JSONL file (country capitals, 4
 candidate chunks per question), builds it with the packaged all-MiniLM-L6-v2 and trains
 the retrieval-anchored selector without generator blocks (``blocks=q+chunk+letor``:
 question and chunk embeddings plus the LETOR features), so requests pay encoding and
-scoring but no warm-up pass.
+scoring but no warm-up pass. ``--selector prototype`` trains the paper's prototype
+selector instead (``h``, ``r`` from SmolLM2-135M-Instruct, extracted for the training
+questions), so every request also pays the generator's warm-up pass; it writes
+``serve_load_prototype.json``.
 
 The server runs as a separate process (``chunksel serve --port 0 --no-answer
 --threads 1``) bound to 127.0.0.1; the script reads the port it prints. Clients are
@@ -22,8 +26,9 @@ MiniLM for the chunks and the question; ``warmup``: the generator pass, 0 here;
 ``score``: features + model; ``request``: the whole request inside the server), p50 /
 p99 / mean; throughput (successful requests per second); errors; and the server
 process's RSS before the first request and after the last. The 16-client level runs a
-second time with micro-batching on (``--batch-wait-ms``), which merges requests arriving
-together into one encoder call and one scoring call.
+second time with continuous batching on (``--batch-wait-ms``): requests that arrive
+while the workers are busy run together as one encoder call, one batched warm-up pass
+and one scoring call.
 
 Numbers are from a shared 2-core machine (another benchmark was running), so they are
 pessimistic and noisy; the JSON records the load average.
@@ -89,11 +94,11 @@ def records() -> list[dict]:
     return out
 
 
-def train_model(workdir: Path) -> tuple[Path, dict]:
-    """Train and save the tiny anchored selector; returns its folder and a description."""
+def train_model(workdir: Path, name: str = "anchored") -> tuple[Path, dict]:
+    """Train and save the tiny selector; returns its folder and a description."""
     import torch
 
-    from chunksel.build import build_instances
+    from chunksel.build import build_instances, extract_question_features
     from chunksel.selectors import make_selector
 
     torch.set_num_threads(1)
@@ -101,26 +106,35 @@ def train_model(workdir: Path) -> tuple[Path, dict]:
     data.write_text("".join(json.dumps(r) + "\n" for r in records()))
     t = time.perf_counter()
     built = build_instances("user", k=4, input_path=data, progress=False)
-    sel = make_selector("anchored", k=4, blocks="q+chunk+letor", corpus=built.corpus, hidden=64, phi_hidden=16,
-                        max_epochs=20, batch_size=16, progress=False)
-    sel.fit([i for i in built.instances if i.split == "train"], None,
-            [i for i in built.instances if i.split == "val"])
-    out = workdir / "anchored"
+    train = [i for i in built.instances if i.split == "train"]
+    val = [i for i in built.instances if i.split == "val"]
+    if name == "prototype":
+        feats = extract_question_features([i.question for i in built.instances], progress=False)
+        sel = make_selector("prototype", k=4, hidden=64, depth=2, max_epochs=30, batch_size=16, progress=False)
+        sel.fit(train, feats, val)
+        about = {"selector": "prototype", "blocks": "hs+rw+chunk", "generator": sel.provenance_["generator_id"]}
+    else:
+        feats = None
+        sel = make_selector("anchored", k=4, blocks="q+chunk+letor", corpus=built.corpus, hidden=64,
+                            phi_hidden=16, max_epochs=20, batch_size=16, progress=False)
+        sel.fit(train, None, val)
+        about = {"selector": "anchored", "blocks": "q+chunk+letor"}
+    out = workdir / name
     sel.save(out)
-    return out, {"selector": "anchored", "blocks": "q+chunk+letor", "k": 4, "questions": len(built.instances),
-                 "n_parameters": sel.n_parameters(), "train_s": round(time.perf_counter() - t, 1)}
+    return out, {**about, "k": 4, "questions": len(built.instances), "n_parameters": sel.n_parameters(),
+                 "train_s": round(time.perf_counter() - t, 1)}
 
 
-def start_server(model: Path, batch_wait_ms: float, concurrency: int) -> tuple[subprocess.Popen, str]:
+def start_server(model: Path, batch_wait_ms: float, concurrency: int, log: Path) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "chunksel.cli", "serve", "--model", str(model), "--host", "127.0.0.1",
            "--port", "0", "--no-answer", "--threads", "1", "--quiet", "--concurrency", str(concurrency),
            "--batch-wait-ms", str(batch_wait_ms)]
-    proc = subprocess.Popen(["nice", "-n", "19", *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    with open(log, "w") as err:  # a file, not a pipe: a chatty server never blocks on it
+        proc = subprocess.Popen(["nice", "-n", "19", *cmd], stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     line = proc.stdout.readline()
     if not line:
-        raise RuntimeError(f"the server did not start: {proc.stderr.read()[-2000:]}")
+        raise RuntimeError(f"the server did not start: {log.read_text()[-2000:]}")
     addr = json.loads(line)
     return proc, f"http://{addr['host']}:{addr['port']}"
 
@@ -189,7 +203,8 @@ def run_level(url: str, clients: int, max_requests: int, seconds: float, payload
 def bench_server(model: Path, batch_wait_ms: float, levels: list[int], args, payloads) -> dict:
     import httpx
 
-    proc, url = start_server(model, batch_wait_ms, args.concurrency)
+    log = Path(args.workdir) / f"server-{batch_wait_ms:g}.log"
+    proc, url = start_server(model, batch_wait_ms, args.concurrency, log)
     try:
         for _ in range(5):  # warm-up requests (first calls pay lazy initialisation)
             httpx.post(url + "/select", json=payloads[0], timeout=60).raise_for_status()
@@ -206,27 +221,33 @@ def bench_server(model: Path, batch_wait_ms: float, levels: list[int], args, pay
     finally:
         proc.terminate()
         code = proc.wait(timeout=60)
+    errors = [ln for ln in log.read_text().splitlines() if "Error" in ln or "error" in ln][:5]
     return {"batch_wait_ms": batch_wait_ms, "levels": out, "rss_mb": {"before": before, "after": after},
-            "server_metrics": metrics, "exit_code": code}
+            "server_metrics": metrics, "exit_code": code, "server_error_lines": errors}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=None, help="a saved selector (default: train the tiny anchored one)")
+    ap.add_argument("--model", default=None, help="a saved selector (default: train a tiny one)")
+    ap.add_argument("--selector", choices=["anchored", "prototype"], default="anchored",
+                    help="which tiny selector to train (default anchored, no generator)")
     ap.add_argument("--requests", type=int, default=400, help="requests per level at most (default 400)")
     ap.add_argument("--seconds", type=float, default=15.0, help="seconds per level at most (default 15)")
     ap.add_argument("--concurrency", type=int, default=2, help="server workers (default 2)")
     ap.add_argument("--batch-wait-ms", type=float, default=5.0, help="micro-batching window of the second run")
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--out", default=None, help="default benchmarks/results/serve_load[_prototype].json")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = str(OUT if args.selector == "anchored" else OUT.with_name(f"serve_load_{args.selector}.json"))
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         os.environ.setdefault("CHUNKSEL_CACHE", str(Path(tmp) / "cache"))
+        args.workdir = tmp
         if args.model:
             model, about = Path(args.model), {"model": args.model}
         else:
-            model, about = train_model(Path(tmp))
+            model, about = train_model(Path(tmp), args.selector)
         payloads = [{"question": r["question"], "chunks": [c["text"] for c in r["ctxs"]], "k": 1}
                     for r in records()]
         print(f"model: {about}", flush=True)
@@ -236,7 +257,7 @@ def main() -> None:
 
     result = {
         "benchmark": "serve_load",
-        "command": "nice -n 19 python " + " ".join(["benchmarks/serve_load.py", *sys.argv[1:]]),
+        "command": " ".join(["nice -n 19 python benchmarks/serve_load.py", *sys.argv[1:]]),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
                     "python": platform.python_version(), "torch": torch.__version__,

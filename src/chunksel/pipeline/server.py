@@ -24,10 +24,11 @@ shape 422, a missing or wrong ``X-API-Key`` (when a key is set) 401.
 Concurrency: at most ``concurrency`` requests run at once in a thread pool; up to
 ``queue`` more wait (a request beyond that gets 503 ``busy``); a request that takes
 longer than ``timeout_s`` (waiting included) gets 504 (its work finishes in the
-background and is dropped). With ``batch_wait_ms`` > 0, ``/select`` requests that arrive
-within that window run as one batch (:meth:`ChunkSelector.select_batch`: one encoder
-call, one batched warm-up pass, one scoring call); a batch that fails is retried request
-by request, so one bad request never fails its neighbours.
+background and is dropped). With ``batch_wait_ms`` > 0, ``/select`` requests are batched
+continuously: those that arrive within that window, or while every worker is busy, run
+as one batch (:meth:`ChunkSelector.select_batch`: one encoder call, one batched warm-up
+pass, one scoring call) as soon as a worker is free; a batch that fails is retried
+request by request, so one bad request never fails its neighbours.
 
 Models load once, before the port opens. The server binds 127.0.0.1 unless told
 otherwise; on SIGINT/SIGTERM uvicorn stops accepting, lets running requests finish (up to
@@ -269,54 +270,87 @@ class _Gate:
 
 
 class _Batcher:
-    """Collects /select requests arriving within ``wait`` seconds into one batch."""
+    """Continuous batching of /select: requests that arrive while the workers are busy (or
+    within ``wait`` seconds) are taken together, up to ``max_batch``, by the next worker
+    that starts.
+
+    At most one runner waits for a worker at a time; when it starts (in the worker
+    thread) it takes everything pending, so a batch grows while the workers are busy. A
+    batch that fails is retried request by request, so one bad request only fails itself.
+    """
 
     def __init__(self, cs: Any, gate: _Gate, metrics: Metrics, wait: float, max_batch: int) -> None:
         self.cs, self.gate, self.metrics = cs, gate, metrics
         self.wait, self.max_batch = wait, max_batch
+        self.lock = threading.Lock()
         self.pending: list[tuple[dict[str, Any], asyncio.Future, float]] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self.runner_waiting = False
 
     async def submit(self, item: dict[str, Any], t0: float) -> tuple[Any, float]:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        self.pending.append((item, fut, t0))
-        if len(self.pending) >= self.max_batch:
-            self._flush()
-        elif self._timer is None:
-            self._timer = loop.call_later(self.wait, self._flush)
-        return await fut
-
-    def _flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        batch, self.pending = self.pending, []
-        if batch:
-            asyncio.ensure_future(self._run(batch))
-
-    async def _run(self, batch: list[tuple[dict[str, Any], asyncio.Future, float]]) -> None:
-        items = [b[0] for b in batch]
-        t0 = min(b[2] for b in batch)
+        with self.lock:
+            self.pending.append((item, fut, t0))
+            start = not self.runner_waiting
+            self.runner_waiting = True
+        if start:
+            asyncio.ensure_future(self._runner(loop))
+        left = self.gate.s.timeout_s - (time.perf_counter() - t0)
         try:
-            results, queued = await self.gate.run(lambda: _select_many(self.cs, items), t0)
-            self.metrics.batch(len(items))
-            for (_, fut, _), res in zip(batch, results, strict=True):
-                if not fut.done():
-                    fut.set_result((res, queued))
-        except ApiError as err:  # busy or timeout: every request of the batch gets it
+            return await asyncio.wait_for(fut, timeout=max(0.0, left))
+        except asyncio.TimeoutError:
+            raise self.gate._timeout() from None
+
+    async def _runner(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.wait > 0:
+            await asyncio.sleep(self.wait)
+        try:
+            await self.gate.run(lambda: self._take_and_run(loop), time.perf_counter())
+        except Exception as err:  # noqa: BLE001 - busy / timeout before a worker was free
+            with self.lock:
+                batch, self.pending = self.pending, []
+                self.runner_waiting = False
             for _, fut, _ in batch:
-                if not fut.done():
-                    fut.set_exception(err)
-        except Exception:  # noqa: BLE001 - one bad request: run each alone to find it
-            for item, fut, t in batch:
+                loop.call_soon_threadsafe(_settle, fut, None, err)
+
+    def _take_and_run(self, loop: asyncio.AbstractEventLoop) -> None:
+        """In a worker thread: take the pending requests and answer each one's future."""
+        started = time.perf_counter()
+        with self.lock:
+            batch = [b for b in self.pending[: self.max_batch] if not b[1].done()]
+            self.pending = self.pending[self.max_batch:]
+            more = bool(self.pending)
+            self.runner_waiting = more
+        if more:  # the rest go to the next runner
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._runner(loop)))
+        if not batch:
+            return
+        items = [b[0] for b in batch]
+        try:
+            results: list[Any] = _select_many(self.cs, items)
+            errors: list[BaseException | None] = [None] * len(items)
+        except Exception:  # noqa: BLE001 - find the bad request(s)
+            results, errors = [], []
+            for it in items:
                 try:
-                    res = await self.gate.run(lambda item=item: _select_many(self.cs, [item]), t)
-                    if not fut.done():
-                        fut.set_result((res[0][0], res[1]))
+                    results.append(_select_many(self.cs, [it])[0])
+                    errors.append(None)
                 except Exception as err:  # noqa: BLE001
-                    if not fut.done():
-                        fut.set_exception(err)
+                    results.append(None)
+                    errors.append(err)
+        self.metrics.batch(len(items))
+        for (_, fut, t0), res, err in zip(batch, results, errors, strict=True):
+            queued = (started - t0) * 1e3
+            loop.call_soon_threadsafe(_settle, fut, None if err else (res, queued), err)
+
+
+def _settle(fut: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)
 
 
 def _select_many(cs: Any, items: list[dict[str, Any]]) -> list[Any]:

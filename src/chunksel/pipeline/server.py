@@ -304,9 +304,17 @@ class _Batcher:
     async def _runner(self, loop: asyncio.AbstractEventLoop) -> None:
         if self.wait > 0:
             await asyncio.sleep(self.wait)
+        started = threading.Event()
+
+        def work() -> None:
+            started.set()
+            self._take_and_run(loop)
+
         try:
-            await self.gate.run(lambda: self._take_and_run(loop), time.perf_counter())
-        except Exception as err:  # noqa: BLE001 - busy / timeout before a worker was free
+            await self.gate.run(work, time.perf_counter())
+        except Exception as err:  # noqa: BLE001 - busy, or a timeout
+            if started.is_set():  # its batch is answered by the worker; what is pending now is not its own
+                return
             with self.lock:
                 batch, self.pending = self.pending, []
                 self.runner_waiting = False

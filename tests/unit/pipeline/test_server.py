@@ -172,13 +172,13 @@ def test_timeout_and_a_failing_request_in_a_batch(cs, monkeypatch):
 
     def slow(self, questions, *a, **k):
         if any("slow" in q for q in questions):
-            time.sleep(1.0)
+            time.sleep(2.0)
         if any("boom" in q for q in questions):
             raise ValueError("boom")
         return real(self, questions, *a, **k)
 
     monkeypatch.setattr(type(cs), "select_batch", slow)
-    with running(cs, timeout_s=0.3, batch_wait_ms=50) as base:
+    with running(cs, timeout_s=0.8, batch_wait_ms=50) as base:
         r = _post(base, "/select", {"question": "slow one", "chunks": CHUNKS}, key=None)
         assert r.status_code == 504 and r.json()["limit"] == "timeout_s"
         with ThreadPoolExecutor(2) as pool:

@@ -1,7 +1,9 @@
 """The build stage: questions -> K candidates -> labels -> benchmark instances.
 
 ``build_instances(dataset, ...)`` loads a dataset's questions (or a generic JSONL
-file), takes a deterministic sample when asked (``limit``), retrieves the top-K
+file: its records' ``ctxs`` are the candidates, or, without ``ctxs``, candidates are
+retrieved from ``corpus``, a benchmark corpus or the user's passage TSV/JSONL, embedded
+and indexed on first use and cached), takes a deterministic sample when asked (``limit``), retrieves the top-K
 candidates with MiniLM + FAISS (or uses the candidates the set ships with), labels every
 candidate with every label source available, assigns the split, and writes the
 instances under ``CHUNKSEL_CACHE/instances/<dataset>/<key>/``. A finished build is
@@ -47,6 +49,38 @@ class Built:
     instances: list[Instance]
     config: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def corpus(self) -> str | None:
+        """The passage corpus behind the candidates: the benchmark corpus, the user's
+        retrieval corpus, or (given ``ctxs``) a TSV of the input file's own passages
+        (``passages.tsv`` in the build folder), written on first access."""
+        if self.config.get("corpus"):
+            return str(self.config["corpus"])
+        if self.config.get("candidates") != "given" or not self.instances:
+            return None
+        path = self.path / "passages.tsv"
+        if not path.is_file():
+            write_passages_tsv(self.instances, path)
+        return str(path)
+
+
+def write_passages_tsv(instances: Sequence[Instance], path: str | Path) -> int:
+    """Every distinct candidate (by id) of ``instances`` as a corpus TSV; returns the count."""
+    seen: set[str] = set()
+    path = Path(path)
+    tmp = path.with_suffix(".part")
+    with open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.write("id\ttext\ttitle\tsource\n")
+        for inst in instances:
+            for c in inst.candidates:
+                if c.id in seen:
+                    continue
+                seen.add(c.id)
+                cells = (c.id, c.text, c.title, "given")
+                fh.write("\t".join(" ".join(str(x).split()) for x in cells) + "\n")
+    tmp.replace(path)
+    return len(seen)
 
 
 def sample_questions(questions: Sequence[Question], limit: int | None) -> list[Question]:
@@ -124,6 +158,7 @@ def build_instances(
     root: str | Path | None = None,
     progress: bool = True,
     rebuild: bool = False,
+    corpus: str | Path | None = None,
 ) -> Built:
     """Build (or reuse) the benchmark instances of ``dataset``; see the module docstring.
 
@@ -134,6 +169,10 @@ def build_instances(
         index: ``flat`` (exact inner product) or ``ivfpq`` (the paper's IVF-PQ).
         candidates: ``retrieve`` from the corpus, or ``given`` (the lists a set ships).
         limit: deterministic sample of at most this many questions.
+        input_path: a generic JSONL file (:mod:`chunksel.data.jsonl`) instead of a
+            named dataset.
+        corpus: for ``input_path`` records without ``ctxs``: the corpus to retrieve
+            from (a benchmark corpus name, or a passage TSV or JSONL file).
     """
     from chunksel.data.datasets import DATASETS
 
@@ -146,7 +185,15 @@ def build_instances(
     if input_path is None and dataset not in DATASETS:
         raise ConfigError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
     droot = data_root(root) if input_path is None else None  # a user file needs no data root
+    if corpus is not None:
+        if input_path is None:
+            raise ConfigError("--corpus applies to an --input file (a named dataset has its own corpus)")
+        from chunksel.data.corpus import user_corpus_path
+
+        corpus = user_corpus_path(corpus)
     spec = DATASETS.get(dataset)
+    if input_path is not None:
+        candidates = "given" if corpus is None else "retrieve"  # ctxs, or retrieval from corpus
     if spec is not None and spec.corpus is None:
         candidates = "given"  # e.g. wikiqa: human-labelled candidate sentences, no corpus
     config = {
@@ -157,16 +204,20 @@ def build_instances(
         "candidates": candidates,
         "limit": limit,
         "label": spec.default_label if spec else "given",
-        "corpus": spec.corpus if spec else None,
+        "corpus": spec.corpus if spec else corpus,
         "inputs": _qa_checksum(dataset, droot) if input_path is None else _file_key(Path(input_path)),
     }
+    if input_path is not None and corpus is not None:
+        from chunksel.selectors.bm25 import corpus_checksum
+
+        config["corpus_checksum"] = corpus_checksum(corpus)
     out = cache_root() / "instances" / dataset / config_hash(config)
     if not rebuild and (out / "instances.jsonl").is_file() and load_meta(out).get("config") == config:
         instances = load_instances(out)
         return Built(dataset, out, instances, config, split_stats(instances))
 
     if input_path is not None:
-        instances = _build_from_jsonl(Path(input_path), dataset, k, index, limit, progress)
+        instances = _build_from_jsonl(Path(input_path), dataset, k, index, limit, progress, corpus)
     else:
         instances = _build_named(dataset, spec, k, index, candidates, limit, droot, progress)
     if not instances:
@@ -280,7 +331,8 @@ def _attach_embeddings(cand_lists, corpus, gold_index, droot: Path | None, progr
             c.embedding = v.astype(np.float32)
 
 
-def _build_from_jsonl(path: Path, dataset: str, k: int, index: str, limit, progress) -> list[Instance]:
+def _build_from_jsonl(path: Path, dataset: str, k: int, index: str, limit, progress,
+                      corpus: str | None = None) -> list[Instance]:
     from chunksel.data.jsonl import read_generic_jsonl
 
     records = read_generic_jsonl(path)
@@ -290,19 +342,38 @@ def _build_from_jsonl(path: Path, dataset: str, k: int, index: str, limit, progr
     given = [(q, c) for q, c in records if c]
     if given and len(given) != len(records):
         raise DataError(f"{path}: either every record has ctxs or none does")
+    questions = [q for q, _ in records]
     if given:
+        if corpus is not None:
+            raise DataError(f"{path}: the records carry ctxs (their candidates); leave out --corpus")
         cand_lists = [[_copy(x) for x in c[:k]] for _, c in records]
         for cl in cand_lists:
             for r, c in enumerate(cl):
                 c.rank = r
         _attach_embeddings(cand_lists, None, None, None, progress)
-        label = "given|containment"
-    else:
+        _attach_question_embeddings(questions, progress)
+        return _label("given|containment", questions, cand_lists, None)
+    if corpus is None:
         raise DataError(
-            f"{path}: records without ctxs need a corpus to retrieve from; "
-            "build from a named dataset or add ctxs to each record"
+            f"{path}: records without ctxs need a corpus to retrieve from: give --corpus "
+            "(a corpus name, or a passage TSV/JSONL file), or add ctxs to each record"
         )
-    return _label(label, [q for q, _ in records], cand_lists, None)
+    from chunksel.labels.gold import GoldIndex
+    from chunksel.retrieval.retriever import Retriever
+
+    key = (str(corpus), index, "")
+    if key not in _RETRIEVERS:
+        _RETRIEVERS[key] = Retriever.from_corpus(corpus, kind=index, progress=progress)
+    retriever = _RETRIEVERS[key]
+    cand_lists = retriever.retrieve(questions, k=k, progress=progress)
+    has_gold = any(q.gold_ids or q.gold_texts for q in questions)
+    gold_index = None
+    if has_gold:
+        gkey = f"{retriever.corpus.name}:{retriever.corpus.checksum}"
+        if gkey not in _GOLD:
+            _GOLD[gkey] = GoldIndex(retriever.corpus)
+        gold_index = _GOLD[gkey]
+    return _label("gold|containment" if has_gold else "containment", questions, cand_lists, gold_index)
 
 
 # ------------------------------------------------------------------ features
@@ -325,8 +396,11 @@ def extract_question_features(
 
 
 def features_for(instances: Sequence[Instance], selector, generator: str | None = None, progress: bool = True):
-    """The question features a selector needs (None unless it reads the warm-up pass)."""
-    if "warmup" not in getattr(selector, "query_cost", "none"):
+    """The question features a selector needs (None unless it reads the warm-up pass:
+    ``query_cost`` names it and, for the prototype family, its ``blocks`` include hs or rw)."""
+    from chunksel.selectors.provenance import selector_inputs
+
+    if "warmup" not in selector_inputs(selector):
         return None
     return extract_question_features([i.question for i in instances], generator, progress=progress)
 

@@ -1,6 +1,6 @@
 """The ``chunksel`` command line.
 
-``chunksel fetch-models | build | features | train | eval | bench | select | export``. Heavy
+``chunksel fetch-models | build | features | train | eval | bench | select | export | serve``. Heavy
 imports happen inside each command; a :class:`~chunksel.errors.ChunkselError` is printed
 as one ``error: ...`` line (exit status 2), never as a traceback. Settings that are wrong
 on their own (counts < 1, unknown or ill-typed ``--param``, a ``--model`` that is no saved
@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="retrieve from the corpus, or use the candidates a set ships with")
     p.add_argument("--limit", type=int, default=None, help="deterministic sample of at most N questions")
     p.add_argument("--input", default=None, help="a generic JSONL file instead of a named dataset")
+    p.add_argument("--corpus", default=None,
+                   help="with --input records without ctxs: the corpus to retrieve from "
+                        "(wiki-w100, msmarco-sub, or a passage TSV/JSONL file)")
 
     p = sub.add_parser("features", help="extract generator question features into the feature store")
     _common(p)
@@ -58,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a selector on a dataset's training split")
     _common(p)
-    p.add_argument("--dataset", required=True)
+    _data_source(p)
     p.add_argument("--selector", required=True)
     p.add_argument("--out", required=True, help="directory to save the trained selector")
     p.add_argument("--k", type=int, default=5)
@@ -69,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="evaluate a saved selector on a dataset split")
     _common(p)
-    p.add_argument("--dataset", required=True)
+    _data_source(p)
     p.add_argument("--model", required=True, help="a saved selector directory, or a registered name")
     p.add_argument("--split", default="test")
     p.add_argument("--k", type=int, default=5)
@@ -87,9 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reuse", action="store_true",
                    help="retrain everything instead of reusing results memoised by an earlier run")
 
-    p = sub.add_parser("select", help="select chunk(s) for a question with a trained prototype selector")
+    p = sub.add_parser("select", help="select chunk(s) for a question with any saved selector")
     _common(p)
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True, help="a saved selector directory")
     p.add_argument("--question", required=True)
     p.add_argument("--chunk", action="append", default=[], help="a candidate chunk text (repeatable)")
     p.add_argument("--chunks-file", default=None, help="a UTF-8 text file with one chunk per line")
@@ -100,6 +103,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="inference engine (default: the one saved with the model, torch)")
     p.add_argument("--quantize", default=None, choices=["fp32", "int8", "int8w"],
                    help="inference numerics (default: those saved with the model, fp32)")
+    p.add_argument("--corpus", default=None,
+                   help="BM25-based selectors: score with this corpus's statistics (a name or a passage "
+                        "TSV/JSONL file) instead of those saved with the model")
+
+    p = sub.add_parser("serve", help="serve a saved selector over HTTP (needs chunksel[serve])")
+    _common(p)
+    p.add_argument("--model", required=True, help="a saved selector directory")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free port, printed)")
+    p.add_argument("--api-key", default=None,
+                   help="require this key in the X-API-Key header (default $CHUNKSEL_API_KEY; none = open)")
+    p.add_argument("--corpus", default=None, help="as for select")
+    p.add_argument("--generator", default=None, help="generator path (default SmolLM2-135M-Instruct)")
+    p.add_argument("--no-answer", action="store_true", help="disable POST /answer (no generator is loaded for it)")
+    p.add_argument("--max-request-bytes", type=int, default=1_000_000)
+    p.add_argument("--max-chunks", type=int, default=64, help="chunks per question (default 64)")
+    p.add_argument("--max-chunk-chars", type=int, default=8000, help="characters per chunk (default 8000)")
+    p.add_argument("--max-questions", type=int, default=32, help="questions per batch request (default 32)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="cap on /answer's max_new_tokens")
+    p.add_argument("--concurrency", type=int, default=2, help="requests worked on at once (default 2)")
+    p.add_argument("--queue", type=int, default=64,
+                   help="requests allowed to wait for a worker; more get 503 (default 64)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per request before a 504 (default 30)")
+    p.add_argument("--batch-wait-ms", type=float, default=0.0,
+                   help="collect /select requests arriving within this many ms into one batch (default 0: off)")
 
     p = sub.add_parser("export", help="export a trained prototype or anchored selector as a self-contained ONNX graph")
     _common(p)
@@ -110,8 +138,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _data_source(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", default=None, help="a benchmark dataset (or the label of an --input file)")
+    p.add_argument("--input", default=None, help="a generic JSONL file instead of a named dataset")
+    p.add_argument("--corpus", default=None,
+                   help="with --input: the corpus to retrieve from when records have no ctxs, and the "
+                        "BM25 statistics corpus (default: the input's own passages, or those saved with the model)")
+
+
+def _dataset_args(args: argparse.Namespace) -> dict:
+    """``build_instances`` arguments of ``--dataset`` / ``--input`` / ``--corpus``."""
+    from chunksel.errors import ConfigError
+
+    if not args.dataset and not args.input:
+        raise ConfigError("give --dataset NAME or --input FILE (a generic JSONL file)")
+    if args.corpus and not args.input:
+        raise ConfigError("--corpus applies to an --input file (a named dataset has its own corpus)")
+    if args.input:
+        from pathlib import Path
+
+        from chunksel.errors import DataError
+
+        if not Path(args.input).is_file():
+            raise DataError(f"--input {args.input!r}: no such file")
+    retrieve_from = None
+    if args.input and args.corpus:
+        from chunksel.data.jsonl import load_user_jsonl
+
+        if any(c is None for _, c in load_user_jsonl(args.input)):
+            retrieve_from = args.corpus
+    return {"dataset": args.dataset or "user", "input_path": args.input, "corpus": retrieve_from}
+
+
 #: options that take a count: each must be >= 1 when given (checked before any work)
-_COUNTS = ("threads", "k", "limit", "batch_size", "top")
+_COUNTS = ("threads", "k", "limit", "batch_size", "top", "max_request_bytes", "max_chunks",
+           "max_chunk_chars", "max_questions", "max_new_tokens", "concurrency", "queue")
 
 
 def _check_settings(args: argparse.Namespace) -> None:
@@ -249,7 +310,17 @@ def _run(args: argparse.Namespace) -> int:
             check()
         if Path(args.out).exists() and not Path(args.out).is_dir():
             raise ConfigError(f"--out {args.out!r} is a file; give a directory to save the selector in")
-        built = build_instances(args.dataset, k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress)
+        data = _dataset_args(args)
+        built = build_instances(k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress, **data)
+        if args.input:
+            from chunksel.selectors.provenance import selector_inputs
+
+            if "corpus_stats" in selector_inputs(sel) and getattr(sel, "corpus", None) is None:
+                from chunksel.data.corpus import user_corpus_path
+
+                # user data: no benchmark corpus to look up
+                sel.corpus = user_corpus_path(args.corpus) if args.corpus else built.corpus
+                print(f"BM25 statistics: {sel.corpus} (saved with the model)", file=sys.stderr)
         feats = features_for(built.instances, sel, progress=progress)
         train = [i for i in built.instances if i.split == "train"]
         val = [i for i in built.instances if i.split == "val"]
@@ -264,8 +335,24 @@ def _run(args: argparse.Namespace) -> int:
         from chunksel.types import candidate_mask, label_matrix
 
         sel = _eval_selector(args.model)  # before the (slow) build: a bad --model fails at once
-        built = build_instances(args.dataset, k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress)
+        data = _dataset_args(args)
+        built = build_instances(k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress, **data)
+        if args.input:
+            from pathlib import Path
+
+            from chunksel.selectors.bm25 import use_saved_corpus
+            from chunksel.selectors.provenance import selector_inputs
+
+            if "corpus_stats" in selector_inputs(sel) and Path(args.model).is_dir():
+                from chunksel.data.corpus import user_corpus_path
+
+                use_saved_corpus(sel, args.model, user_corpus_path(args.corpus) if args.corpus else None)
         batch = [i for i in built.instances if i.split == args.split]
+        if not batch:
+            from chunksel.errors import DataError
+
+            raise DataError(f"no {args.split!r} questions in {args.input or args.dataset} (split by question hash; "
+                            "try --split train, val or test)")
         feats = features_for(batch, sel, progress=progress)
         scores = sel.score(batch, feats)
         res = evaluate(scores, label_matrix(batch, k=scores.shape[1]), candidate_mask(batch, k=scores.shape[1]))
@@ -295,19 +382,31 @@ def _run(args: argparse.Namespace) -> int:
         if not chunks:
             raise ConfigError("no candidate chunks: give --chunk TEXT (repeatable) or --chunks-file FILE")
         name = read_config(args.model)["name"]
-        if name != "prototype":
-            raise ConfigError(f"{args.model} holds a {name!r} selector; chunksel select needs a prototype selector")
+        if (args.quantize or args.engine) and name != "prototype":
+            raise ConfigError(f"{args.model} holds a {name!r} selector; --quantize and --engine apply to a "
+                              "prototype selector")
         from chunksel.pipeline.chunk_selector import ChunkSelector
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UnscoredChunksWarning)  # said below, in one line
-            result = ChunkSelector.load(args.model, quantize=args.quantize, engine=args.engine).select(
-                args.question, chunks, k=args.top
-            )
+            result = ChunkSelector.load(args.model, quantize=args.quantize, engine=args.engine,
+                                        corpus=args.corpus).select(args.question, chunks, k=args.top)
         if 0 <= result.n_scored < len(chunks):
             print(f"warning: only the first {result.n_scored} of {len(chunks)} chunks were scored (the model's "
                   f"K={result.n_scored}); the rest have null scores and cannot be selected", file=sys.stderr)
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False, allow_nan=False))
+        return 0
+    if args.command == "serve":
+        from chunksel.pipeline.server import ServeSettings, serve
+
+        settings = ServeSettings(
+            host=args.host, port=args.port, api_key=args.api_key or os.environ.get("CHUNKSEL_API_KEY") or None,
+            answer=not args.no_answer, max_request_bytes=args.max_request_bytes, max_chunks=args.max_chunks,
+            max_chunk_chars=args.max_chunk_chars, max_questions=args.max_questions,
+            max_new_tokens=args.max_new_tokens, concurrency=args.concurrency, queue=args.queue,
+            timeout_s=args.timeout, batch_wait_ms=args.batch_wait_ms,
+        )
+        serve(args.model, settings, corpus=args.corpus, generator=args.generator)
         return 0
     if args.command == "export":
         from chunksel.pipeline.onnx_export import OnnxPrototype, export_prototype

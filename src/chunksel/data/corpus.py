@@ -53,6 +53,48 @@ def corpus_path(name_or_path: str | Path, root: str | Path | None = None) -> Pat
     return path
 
 
+def user_corpus_path(name_or_path: str | Path) -> str:
+    """A corpus the user names: a benchmark name or a TSV path as they are, a passage
+    JSONL file (``{"id", "title"?, "text"}`` per line) converted once to a TSV under
+    ``cache_root()/corpora/<checksum>.tsv`` (the layout every corpus reader expects)."""
+    if str(name_or_path) in CORPORA:
+        return str(name_or_path)
+    path = Path(name_or_path).expanduser()
+    if not path.is_file():
+        raise DataError(f"corpus file {str(path)!r} not found")
+    if path.suffix.lower() not in (".jsonl", ".json", ".ndjson"):
+        return str(path)
+    import json
+
+    from chunksel.config import cache_root
+
+    out = cache_root() / "corpora" / f"{file_checksum(path)}.tsv"
+    if out.is_file():
+        return str(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tsv.part")
+    n = 0
+    with open(path, encoding="utf-8-sig") as src, open(tmp, "w", encoding="utf-8", newline="") as dst:
+        dst.write("id\ttext\ttitle\tsource\n")
+        for lineno, line in enumerate(src, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}:{lineno}: malformed JSON ({err.msg})") from None
+            if not isinstance(rec, dict) or rec.get("id") is None or not isinstance(rec.get("text"), str):
+                raise DataError(f"{path}:{lineno}: a passage needs 'id' and 'text'")
+            cells = [str(rec["id"]), rec["text"], str(rec.get("title") or ""), "user"]
+            dst.write("\t".join(" ".join(c.split()) for c in cells) + "\n")
+            n += 1
+    if n == 0:
+        tmp.unlink(missing_ok=True)
+        raise DataError(f"corpus {path} has no passages")
+    tmp.replace(out)
+    return str(out)
+
+
 def _open_text(path: Path) -> io.TextIOBase:
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")

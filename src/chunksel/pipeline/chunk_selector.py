@@ -1,19 +1,45 @@
-"""The real-world path: question text and chunk texts in, the chosen chunk(s) out.
+"""The application API: question text and chunk texts in, the chosen chunk(s) out.
 
-``ChunkSelector.load(path).select(question, chunks)`` runs what the trained prototype
-selector needs by itself — the retriever encoder for the chunks (MiniLM) and the
-generator's question-only warm-up pass for ``h`` and ``r`` — or takes them from the
-caller: ``chunk_embeddings=`` (the retriever's own vectors) and ``features=`` (``{"h",
-"r"}`` from the caller's own LLM pass). The warm-up result is kept on the returned
-selection, so the caller can continue generation from its KV cache
-(:func:`chunksel.features.kv.generate_with_reuse`).
+``ChunkSelector.load(path).select(question, chunks, k=1)`` works for every saved selector
+and runs what that selector reads (:func:`~chunksel.selectors.provenance.selector_inputs`):
 
-The model scores the first K chunks it is given (K: the selector's ``k``); chunks past
-K get a ``null`` score, are never selected, and a warning says how many were left out.
+- the retriever encoder (the packaged all-MiniLM-L6-v2) for the chunks' embeddings, the
+  question's embedding and the retrieval score (``q . e``, the score the benchmark's
+  retriever gave its candidates; left out when the selector was trained on candidates
+  without scores, as a user's ``ctxs`` often are), only when the selector reads one;
+- the generator's question-only warm-up pass for ``h`` and ``r``, only when the selector
+  reads them (``query_cost`` contains ``"warmup"`` and its ``blocks`` include ``hs`` or
+  ``rw``);
+- the BM25 / TF-IDF corpus statistics it was trained with (saved beside it), or the
+  user's own corpus (``corpus=``), for the BM25 / LETOR-feature selectors.
+
+Everything it would compute can come from the caller instead: ``chunk_embeddings=``,
+``question_embedding=``, ``chunk_scores=`` (the caller's retriever scores) and
+``features={"h", "r"}`` (the caller's own warm-up pass). The result is a
+:class:`ChunkSelection`: the chosen chunks best first, each with its index in the given
+list, its score and its rank, and every chunk's score; :meth:`ChunkSelection.to_dict` is
+valid JSON (no NaN, no infinities). :meth:`ChunkSelector.select_batch` scores several
+questions in one pass (one encoder call, one batched warm-up pass, one scoring call).
+
+**More chunks than K.** A selector with a fixed candidate count K (``prototype``,
+``anchored``) scores the first K chunks in the order given; any further chunk gets a
+``null`` score, is never selected, and an
+:class:`~chunksel.errors.UnscoredChunksWarning` says how many were left out: put the
+retriever's best chunks first. The other selectors score every chunk.
+
+**Threads.** A ``ChunkSelector`` may be shared by threads (the server does): generator
+passes run one at a time (its feature hooks sit on the shared model), the rest
+concurrently.
+
+**Provenance.** The saved selector records the generator and encoder it was trained with
+(:mod:`chunksel.selectors.provenance`); a different generator or encoder here is a
+:class:`~chunksel.errors.DataError`, never a silent fallback.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,35 +49,79 @@ from typing import Any
 import numpy as np
 
 from chunksel.errors import ConfigError, DataError, UnscoredChunksWarning
-from chunksel.features.base import InMemoryFeatures
-from chunksel.selectors.base import selection_from_scores
+from chunksel.selectors.provenance import selector_inputs
 from chunksel.types import Candidate, Instance, Question
+
+#: inputs that need the retriever encoder when the caller does not supply them
+_ENCODER_INPUTS = frozenset({"chunk_embedding", "question_embedding", "retrieval_score"})
+
+
+@dataclass
+class ChosenChunk:
+    """One selected chunk: its position in the given list, its rank (1 = best) and score."""
+
+    index: int
+    rank: int
+    score: float
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "rank": self.rank, "score": _json_score(self.score), "text": self.text}
 
 
 @dataclass
 class ChunkSelection:
     """The chosen chunk(s) of one question, best first, with every chunk's score.
 
-    ``all_scores`` has one entry per given chunk: ``None`` for a chunk the model did not
-    score (past its K; see :meth:`ChunkSelector.select`). ``n_scored`` counts the scored
-    ones. :meth:`to_dict` is valid JSON (no NaN or infinities).
+    Attributes:
+        question: the question text.
+        selected: the chosen chunks, best first (at most ``k``, never an unscored one).
+        all_scores: one entry per given chunk; ``None`` for a chunk the model did not
+            score (past its K).
+        n_scored: how many chunks were scored (the first ``n_scored``).
+        selector: the selector's registry name.
+        timings: milliseconds per stage (``encode``, ``warmup``, ``score``, ``total``) of
+            the call that produced it (of the whole batch for :meth:`ChunkSelector.select_batch`).
+        warm_up: the warm-up pass (its KV cache feeds generation), when one ran for this
+            question alone.
     """
 
     question: str
-    indices: list[int]
-    chunks: list[str]
-    scores: list[float]
+    selected: list[ChosenChunk]
     all_scores: list[float | None]
+    n_scored: int
+    selector: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
     warm_up: Any = field(default=None, repr=False)
-    n_scored: int = -1
+
+    @property
+    def indices(self) -> list[int]:
+        return [c.index for c in self.selected]
+
+    @property
+    def chunks(self) -> list[str]:
+        return [c.text for c in self.selected]
+
+    @property
+    def scores(self) -> list[float]:
+        return [c.score for c in self.selected]
+
+    def top_k(self, n: int) -> list[ChosenChunk]:
+        """The best ``n`` chosen chunks."""
+        return self.selected[:n]
 
     def to_dict(self) -> dict[str, Any]:
+        """Valid JSON: non-finite scores become ``null``."""
         return {
             "question": self.question,
+            "selector": self.selector,
+            "selected": [c.to_dict() for c in self.selected],
             "indices": self.indices,
             "chunks": self.chunks,
             "scores": [_json_score(s) for s in self.scores],
             "all_scores": [_json_score(s) for s in self.all_scores],
+            "n_scored": self.n_scored,
+            "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},
         }
 
 
@@ -60,148 +130,478 @@ def _json_score(s: float | None) -> float | None:
     return float(s) if s is not None and np.isfinite(s) else None
 
 
+def _unit(v: np.ndarray) -> np.ndarray:
+    return (v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)).astype(np.float32)
+
+
+def max_chunks(selector: Any) -> int | None:
+    """The selector's fixed candidate count K (None: it scores any number)."""
+    layout = getattr(selector, "layout_", None)
+    if layout is not None and getattr(layout, "k", None):
+        return int(layout.k)
+    k = getattr(selector, "k", None)
+    return int(k) if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None
+
+
 class ChunkSelector:
-    """A trained prototype selector with its encoder and generator, ready to use.
+    """A trained selector with the models it reads, ready to use.
 
     Args:
-        selector: a fitted :class:`~chunksel.selectors.prototype.PrototypeSelector`.
-        encoder: the retriever encoder (default: the one the selector was trained with,
-            else the packaged all-MiniLM-L6-v2); loaded on first use.
-        generator: a generator path (default: the one recorded in the selector, else
-            SmolLM2-135M-Instruct); loaded on first use, only when features are not given.
+        selector: a fitted selector (any registered one).
+        encoder: the retriever encoder (default: the packaged all-MiniLM-L6-v2), loaded on
+            first use and only if the selector reads embeddings or retrieval scores.
+        generator: a generator path, or an already loaded ``(model, tokenizer, id)``
+            (default: SmolLM2-135M-Instruct); loaded on first use, only when the selector
+            reads the warm-up features and the caller does not pass them.
+        corpus: the user's own corpus (a name, a passage TSV or JSONL file) for the BM25
+            statistics, instead of those saved with the selector.
+        path: the folder the selector was loaded from (where its corpus statistics are).
+
+    Raises:
+        DataError: the encoder differs from the one the selector was trained with.
+        ConfigError: a BM25-based selector without any known corpus.
     """
 
-    def __init__(self, selector: Any, encoder: Any = None, generator: str | None = None) -> None:
-        if getattr(selector, "name", "") != "prototype":
-            raise ConfigError("ChunkSelector needs a trained prototype selector")
+    def __init__(
+        self,
+        selector: Any,
+        encoder: Any = None,
+        generator: str | tuple[Any, Any, str] | None = None,
+        corpus: str | Path | None = None,
+        path: str | Path | None = None,
+    ) -> None:
+        if not selector.is_fitted():
+            raise ConfigError(f"selector {selector.name!r} is not fitted: train it, save it, and load the save")
         self.selector = selector
+        self.name = selector.name
+        self.provenance: dict[str, Any] = dict(getattr(selector, "provenance_", None) or {})
+        inputs = selector_inputs(selector)
+        if self.provenance.get("retrieval_scores") is False:
+            # trained on candidates without retrieval scores (a user's ctxs): none at query time either
+            inputs = inputs - {"retrieval_score"}
+        self.inputs = inputs
+        self.k_max = max_chunks(selector)
+        #: whether scores depend on the chunks' text (else embeddings alone suffice)
+        self.reads_text = "chunk_embedding" not in self.inputs or "corpus_stats" in self.inputs
         self._encoder = encoder
-        self._generator_path = generator
+        self._generator_path: str | None = None
         self._generator: tuple[Any, Any, str] | None = None
+        if isinstance(generator, tuple):
+            self._generator = generator
+            self._check_generator(generator[2])
+        else:
+            self._generator_path = generator
+        self._lock = threading.Lock()
+        #: one generator pass at a time: the feature hooks are attached to the shared model,
+        #: so concurrent passes would read each other's activations
+        self._gen_lock = threading.RLock()
+        self.corpus: str | None = None
+        if "corpus_stats" in self.inputs:
+            from chunksel.selectors.bm25 import use_saved_corpus
+
+            if corpus is not None:
+                from chunksel.data.corpus import user_corpus_path
+
+                corpus = user_corpus_path(corpus)
+            self.corpus = use_saved_corpus(selector, path or ".", corpus)
+        elif corpus is not None:
+            raise ConfigError(f"the {self.name} selector reads no corpus statistics: corpus= does not apply")
+        if encoder is not None:
+            self._check_encoder(encoder)
 
     @classmethod
     def load(
-        cls, path: str | Path, quantize: str | None = None, engine: str | None = None, **kwargs: Any
+        cls,
+        path: str | Path,
+        *,
+        corpus: str | Path | None = None,
+        encoder: Any = None,
+        generator: str | tuple[Any, Any, str] | None = None,
+        quantize: str | None = None,
+        engine: str | None = None,
     ) -> ChunkSelector:
-        """Load a saved prototype selector; ``quantize`` / ``engine`` override its inference settings."""
-        from chunksel.selectors.prototype import PrototypeSelector
+        """Load any saved selector (checksums verified) and check its provenance.
 
-        return cls(PrototypeSelector.load(path, quantize=quantize, engine=engine), **kwargs)
+        ``quantize`` / ``engine`` override the inference settings of a prototype selector.
+        The encoder is checked against the saved encoder id here (without loading it);
+        the generator when it loads.
+        """
+        from chunksel.selectors import get_selector_class
+        from chunksel.selectors.base import read_config
+
+        name = read_config(path)["name"]
+        cls_ = get_selector_class(name)
+        if quantize is not None or engine is not None:
+            if name != "prototype":
+                raise ConfigError(f"quantize= and engine= apply to a prototype selector, not {name!r}")
+            sel = cls_.load(path, quantize=quantize, engine=engine)
+        else:
+            sel = cls_.load(path)
+        out = cls(sel, encoder=encoder, generator=generator, corpus=corpus, path=path)
+        if encoder is None and out.inputs & _ENCODER_INPUTS and out.provenance.get("encoder_id"):
+            out._check_encoder(out.encoder)
+        return out
 
     # ------------------------------------------------------------------ parts
     @property
     def encoder(self) -> Any:
+        """The retriever encoder (created on first use; its model loads on first encode)."""
         if self._encoder is None:
             from chunksel.retrieval.encoder import Encoder
 
             self._encoder = Encoder()
         return self._encoder
 
-    def generator(self) -> tuple[Any, Any, str]:
-        """(model, tokenizer, generator id), loaded once."""
-        if self._generator is None:
-            from chunksel.llm.models import load_generator
+    def _check_encoder(self, encoder: Any) -> None:
+        want = self.provenance.get("encoder_id") or getattr(self.selector, "encoder_id", "")
+        got = getattr(encoder, "model_id", None)
+        if want and got and got != want:
+            raise DataError(
+                f"the {self.name} selector was trained with encoder {want!r}, but encoder {got!r} is "
+                "configured: use the encoder it was trained with (or pass chunk_embeddings= from it)"
+            )
 
-            self._generator = load_generator(self._generator_path)
-            want = getattr(self.selector, "generator_id", "")
-            if want and self._generator[2] != want:
-                raise DataError(
-                    f"the selector was trained on generator {want!r}, but {self._generator[2]!r} is loaded"
-                )
+    def _check_generator(self, got: str) -> None:
+        want = self.provenance.get("generator_id") or getattr(self.selector, "generator_id", "")
+        if want and got != want:
+            raise DataError(
+                f"the {self.name} selector was trained on generator {want!r}, but {got!r} is loaded: "
+                "load it with that generator (generator=PATH) or pass features= from it"
+            )
+
+    def generator(self) -> tuple[Any, Any, str]:
+        """(model, tokenizer, generator id), loaded once and checked against the provenance."""
+        with self._lock:
+            if self._generator is None:
+                from chunksel.llm.models import load_generator
+
+                loaded = load_generator(self._generator_path)
+                self._check_generator(loaded[2])
+                self._generator = loaded
         return self._generator
+
+    def warm(self, generator: bool | None = None) -> ChunkSelector:
+        """Load now what the selector reads (encoder weights, generator, corpus
+        statistics), so the first request pays nothing; ``generator=True`` loads the
+        generator even when selection does not need it (to generate answers)."""
+        if self.inputs & _ENCODER_INPUTS:
+            self.encoder.encode(["warm-up"], progress=False)
+        if generator or (generator is None and "warmup" in self.inputs):
+            self.generator()
+        if "corpus_stats" in self.inputs and self.corpus:
+            from chunksel.selectors.bm25 import corpus_stats
+
+            corpus_stats(self.corpus, progress=False)
+        return self
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready facts about the loaded selector (for ``/health``)."""
+        from chunksel.selectors.base import describe
+
+        return {
+            **describe(self.name),
+            "inputs": sorted(self.inputs),
+            "k": self.k_max,
+            "corpus": self.corpus,
+            "provenance": {k: v for k, v in self.provenance.items() if k != "corpus_stats"},
+        }
 
     # ----------------------------------------------------------------- select
     def select(
         self,
         question: str,
         chunks: Sequence[str] | None = None,
-        chunk_embeddings: np.ndarray | None = None,
-        features: dict[str, np.ndarray] | None = None,
         k: int = 1,
+        *,
+        chunk_embeddings: np.ndarray | None = None,
+        question_embedding: np.ndarray | None = None,
+        chunk_scores: Sequence[float] | None = None,
+        features: dict[str, np.ndarray] | None = None,
+        titles: Sequence[str] | None = None,
     ) -> ChunkSelection:
         """Choose the top ``k`` chunks for ``question``.
 
         Args:
             question: the question text (non-empty).
-            chunks: candidate chunk texts in retrieval order (optional when
-                ``chunk_embeddings`` is given).
-            chunk_embeddings: (n, d) retriever embeddings of the chunks (L2-normalised
-                here); encoded from ``chunks`` when absent.
-            features: ``{"h": (d_h,), "r": (d_r,)}`` from the caller's warm-up pass;
-                computed with the generator when absent.
+            chunks: candidate chunk texts, best retrieved first (optional when
+                ``chunk_embeddings`` is given and the selector reads no text).
             k: how many chunks to return (at most the number of scored chunks).
-
-        Only the first K chunks in the given order (K: the ``k`` the selector was
-        trained with) are scored; any further chunk gets a ``None`` score, is never
-        selected, and an :class:`~chunksel.errors.UnscoredChunksWarning` says how many
-        were left out. Put the retriever's best chunks first.
+            chunk_embeddings: (n, d) retriever embeddings of the chunks (L2-normalised
+                here); encoded from ``chunks`` when the selector needs them.
+            question_embedding: (d,) retriever embedding of the question.
+            chunk_scores: the caller's retrieval scores of the chunks (default: the
+                encoder's cosine, when the selector reads retrieval scores).
+            features: ``{"h": (d_h,), "r": (d_r,)}`` from the caller's warm-up pass;
+                computed with the generator when the selector needs them.
+            titles: the chunks' titles (default empty).
 
         Raises:
             ConfigError: ``k`` < 1.
-            DataError: an empty question, no chunks, or scores that are NaN (a corrupt
-                model or non-finite features).
+            DataError: an empty question, no chunks, inputs of the wrong shape, or NaN
+                scores (a corrupt model or non-finite features).
         """
-        if k < 1:
+        return self.select_batch(
+            [question], [chunks] if chunks is not None else None, k,
+            chunk_embeddings=None if chunk_embeddings is None else [chunk_embeddings],
+            question_embeddings=None if question_embedding is None else [question_embedding],
+            chunk_scores=None if chunk_scores is None else [chunk_scores],
+            features=None if features is None else [features],
+            titles=None if titles is None else [titles],
+            _stacklevel=3,
+        )[0]
+
+    def select_batch(
+        self,
+        questions: Sequence[str],
+        chunks: Sequence[Sequence[str] | None] | None = None,
+        k: int = 1,
+        *,
+        chunk_embeddings: Sequence[np.ndarray | None] | None = None,
+        question_embeddings: Sequence[np.ndarray | None] | None = None,
+        chunk_scores: Sequence[Sequence[float] | None] | None = None,
+        features: Sequence[dict[str, np.ndarray] | None] | None = None,
+        titles: Sequence[Sequence[str] | None] | None = None,
+        _stacklevel: int = 2,
+    ) -> list[ChunkSelection]:
+        """:meth:`select` for several questions at once (one list entry per question for
+        every argument); the encoder, the warm-up pass and the selector run once each."""
+        t0 = time.perf_counter()
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ConfigError(f"k must be >= 1, got {k}")
-        if not question or not question.strip():
-            raise DataError("empty question")
-        if chunk_embeddings is None:
-            if not chunks:
+        questions = list(questions)
+        b = len(questions)
+        if b == 0:
+            return []
+
+        def per(arg, what):
+            if arg is None:
+                return [None] * b
+            arg = list(arg)
+            if len(arg) != b:
+                raise DataError(f"{what}: {len(arg)} entries for {b} questions")
+            return arg
+
+        chunks_l, emb_l, qemb_l = per(chunks, "chunks"), per(chunk_embeddings, "chunk_embeddings"), per(question_embeddings, "question_embeddings")
+        scores_l, feat_l, title_l = per(chunk_scores, "chunk_scores"), per(features, "features"), per(titles, "titles")
+        for i, q in enumerate(questions):
+            if not isinstance(q, str) or not q.strip():
+                raise DataError("empty question" + (f" (#{i})" if b > 1 else ""))
+
+        # chunk texts, counts and the caller's arrays, checked
+        texts: list[list[str]] = []
+        for i in range(b):
+            emb = emb_l[i]
+            if emb is not None:
+                emb = np.asarray(emb, dtype=np.float32)
+                if emb.ndim != 2 or emb.shape[0] == 0:
+                    raise DataError(f"chunk_embeddings must be a non-empty (n, d) array, got shape {emb.shape}")
+                if not np.isfinite(emb).all():
+                    raise DataError("chunk_embeddings contain NaN or infinite values")
+                emb_l[i] = _unit(emb)
+            ch = chunks_l[i]
+            if ch is None:
+                if emb is None:
+                    raise DataError("no candidate chunks given")
+                if self.reads_text:
+                    raise DataError(f"the {self.name} selector reads the chunks' text: pass chunks")
+                ch = [f"chunk {j}" for j in range(emb.shape[0])]
+            ch = list(ch)
+            if not ch:
                 raise DataError("no candidate chunks given")
-            emb = self.encoder.encode(list(chunks), progress=False)
+            if not all(isinstance(t, str) for t in ch):
+                raise DataError("every chunk must be a string")
+            if emb is not None and emb.shape[0] != len(ch):
+                raise DataError(f"{len(ch)} chunks but {emb.shape[0]} embeddings")
+            for name, arr in (("chunk_scores", scores_l[i]), ("titles", title_l[i])):
+                if arr is not None and len(arr) != len(ch):
+                    raise DataError(f"{len(ch)} chunks but {len(arr)} {name}")
+            texts.append(ch)
+        n_scored = [min(len(t), self.k_max) if self.k_max else len(t) for t in texts]
+
+        timings = {"encode": 0.0, "warmup": 0.0, "score": 0.0}
+        need_q = bool(self.inputs & {"question_embedding", "retrieval_score"})
+        need_e = bool(self.inputs & {"chunk_embedding", "retrieval_score"})
+        if need_e or need_q:
+            t = time.perf_counter()
+            self._fill_embeddings(questions, texts, title_l, n_scored, emb_l, qemb_l, need_q, need_e,
+                                  skip_scores=[s is not None for s in scores_l])
+            timings["encode"] = (time.perf_counter() - t) * 1e3
+
+        warm_ups: list[Any] = [None] * b
+        feats = None
+        if "warmup" in self.inputs:
+            t = time.perf_counter()
+            feats, warm_ups = self._warm_features(questions, feat_l)
+            timings["warmup"] = (time.perf_counter() - t) * 1e3
+
+        batch = []
+        for i in range(b):
+            qv = qemb_l[i]
+            q = Question(id=f"q{i}", text=questions[i].strip(), dataset="user",
+                         embedding=None if qv is None else np.asarray(qv, dtype=np.float32))
+            cands = []
+            for j in range(n_scored[i]):
+                e = None if emb_l[i] is None else emb_l[i][j]
+                if scores_l[i] is not None:
+                    s = float(scores_l[i][j])
+                    if not np.isfinite(s):
+                        raise DataError(f"chunk_scores[{j}] is not a finite number")
+                elif "retrieval_score" in self.inputs and e is not None and qv is not None:
+                    s = float(np.dot(qv, e))
+                else:
+                    s = float("nan")
+                cands.append(Candidate(id=str(j), text=texts[i][j], rank=j, score=s, embedding=e,
+                                       title=str(title_l[i][j]) if title_l[i] is not None else ""))
+            batch.append(Instance(question=q, candidates=cands))
+        t = time.perf_counter()
+        if "corpus_stats" in self.inputs:
+            from chunksel.selectors.letor import MEMO_ENABLED
+
+            token = MEMO_ENABLED.set(False)  # a server's memo would keep every request's chunks
+            try:
+                scores = self.selector.score(batch, feats)
+            finally:
+                MEMO_ENABLED.reset(token)
         else:
-            emb = np.asarray(chunk_embeddings, dtype=np.float32)
-            if emb.ndim != 2 or emb.shape[0] == 0:
-                raise DataError(f"chunk_embeddings must be a non-empty (n, d) array, got shape {emb.shape}")
-            if chunks is not None and len(chunks) != emb.shape[0]:
-                raise DataError(f"{len(chunks)} chunks but {emb.shape[0]} embeddings")
-            emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
-        texts = list(chunks) if chunks is not None else [f"chunk {i}" for i in range(emb.shape[0])]
-        warm = None
-        if features is None:
-            from chunksel.features.kv import warm_up
+            scores = self.selector.score(batch, feats)
+        timings["score"] = (time.perf_counter() - t) * 1e3
+        timings["total"] = (time.perf_counter() - t0) * 1e3
+
+        left_out = [(len(texts[i]) - n_scored[i], len(texts[i])) for i in range(b) if n_scored[i] < len(texts[i])]
+        if left_out:
+            extra, total = left_out[0]
+            warnings.warn(
+                f"{extra} of {total} chunks were not scored: the model scores the first K={self.k_max} chunks "
+                "in the order given (the rest get null scores and are never selected)"
+                + (f"; {len(left_out)} questions were cut" if len(left_out) > 1 else ""),
+                UnscoredChunksWarning,
+                stacklevel=_stacklevel,
+            )
+        out = []
+        for i in range(b):
+            row = scores[i, : n_scored[i]]
+            order = np.lexsort((np.arange(len(row)), -row))  # score desc, ties: given order
+            chosen = [int(j) for j in order if np.isfinite(row[j])][:k]
+            out.append(ChunkSelection(
+                question=questions[i],
+                selected=[ChosenChunk(index=j, rank=r + 1, score=float(row[j]), text=texts[i][j])
+                          for r, j in enumerate(chosen)],
+                all_scores=[float(row[j]) if j < n_scored[i] else None for j in range(len(texts[i]))],
+                n_scored=n_scored[i],
+                selector=self.name,
+                timings=dict(timings),
+                warm_up=warm_ups[i],
+            ))
+        return out
+
+    def _fill_embeddings(self, questions, texts, titles, n_scored, emb_l, qemb_l, need_q, need_e,
+                         skip_scores) -> None:
+        """Encode, in one call, what the caller did not give: the chunks' and the questions'
+        embeddings (a question's only when the selector reads it or a retrieval score)."""
+        todo_e = [i for i in range(len(texts)) if need_e and emb_l[i] is None and (
+            "chunk_embedding" in self.inputs or not skip_scores[i])]
+        todo_q = [i for i in range(len(texts)) if qemb_l[i] is None and (
+            "question_embedding" in self.inputs or ("retrieval_score" in self.inputs and not skip_scores[i]))]
+        flat = []
+        for i in todo_e:
+            ts = titles[i]
+            flat += [((ts[j] + " " if ts is not None and ts[j] else "") + texts[i][j]).strip()
+                     for j in range(n_scored[i])]
+        flat += [questions[i] for i in todo_q]
+        if flat:
+            vecs = self.encoder.encode(flat, progress=False)
+            at = 0
+            for i in todo_e:
+                full = np.zeros((len(texts[i]), vecs.shape[1]), dtype=np.float32)
+                full[: n_scored[i]] = vecs[at: at + n_scored[i]]
+                emb_l[i] = full
+                at += n_scored[i]
+            for i in todo_q:
+                qemb_l[i] = vecs[at]
+                at += 1
+        for i in range(len(texts)):
+            if qemb_l[i] is not None:
+                qv = np.asarray(qemb_l[i], dtype=np.float32).reshape(-1)
+                if not np.isfinite(qv).all():
+                    raise DataError("question_embedding contains NaN or infinite values")
+                qemb_l[i] = _unit(qv)
+
+    def _warm_features(self, questions, given) -> tuple[Any, list[Any]]:
+        """The warm-up features of every question (the caller's where given): one question
+        alone keeps its warm-up pass (and KV cache), several run as one batch."""
+        from chunksel.features.base import InMemoryFeatures
+
+        todo = [i for i, f in enumerate(given) if f is None]
+        warm_ups: list[Any] = [None] * len(questions)
+        h: list[Any] = [None] * len(questions)
+        r: list[Any] = [None] * len(questions)
+        for i, f in enumerate(given):
+            if f is not None:
+                try:
+                    h[i] = np.asarray(f["h"], dtype=np.float32).reshape(-1)
+                    r[i] = np.asarray(f["r"], dtype=np.float32).reshape(-1)
+                except (KeyError, TypeError, ValueError):
+                    raise DataError('features must be {"h": array, "r": array}') from None
+        if len(todo) == 1:
+            i = todo[0]
+            warm_ups[i] = self.warm_up(questions[i])
+            h[i], r[i] = warm_ups[i].h, warm_ups[i].r
+        elif todo:
+            from chunksel.features.extract import extract_features
 
             model, tokenizer, _ = self.generator()
-            warm = warm_up(model, tokenizer, question)
-            features = {"h": warm.h, "r": warm.r}
-        feats = InMemoryFeatures(
-            ["q"], h=np.asarray(features["h"], dtype=np.float32)[None], r=np.asarray(features["r"], dtype=np.float32)[None]
-        )
-        inst = Instance(
-            question=Question(id="q", text=question),
-            candidates=[
-                Candidate(id=str(i), text=t, rank=i, embedding=emb[i]) for i, t in enumerate(texts)
-            ],
-        )
-        scores = self.selector.score([inst], feats)[0]
-        n_scored = min(len(texts), int(self.selector.layout_.k))
-        if n_scored < len(texts):
-            warnings.warn(
-                f"{len(texts) - n_scored} of {len(texts)} chunks were not scored: the model scores the first "
-                f"K={n_scored} chunks in the order given (the rest get null scores and are never selected)",
-                UnscoredChunksWarning,
-                stacklevel=2,
-            )
-        sel = selection_from_scores(inst, scores[:n_scored], k)
-        keep = [j for j, s in enumerate(sel.scores) if np.isfinite(s)]  # never a -inf (unscorable) chunk
-        indices = [sel.indices[j] for j in keep]
-        return ChunkSelection(
-            question=question,
-            indices=indices,
-            chunks=[texts[i] for i in indices],
-            scores=[sel.scores[j] for j in keep],
-            all_scores=[float(s) if i < n_scored else None for i, s in enumerate(scores[: len(texts)])],
-            warm_up=warm,
-            n_scored=n_scored,
-        )
+            with self._gen_lock:
+                got = extract_features(model, tokenizer, [questions[i] for i in todo], batch_size=len(todo),
+                                       progress=False)
+            for n, i in enumerate(todo):
+                h[i], r[i] = got["h"][n], got["r"][n]
+        dims = {len(x) for x in h}, {len(x) for x in r}
+        if len(dims[0]) != 1 or len(dims[1]) != 1:
+            raise DataError("features of different sizes in one batch")
+        return InMemoryFeatures([f"q{i}" for i in range(len(questions))], h=np.stack(h), r=np.stack(r)), warm_ups
 
-    def answer(self, question: str, chunks: Sequence[str], max_new_tokens: int = 32) -> tuple[str, ChunkSelection]:
-        """End-to-end RAG: select one chunk, then generate from the warm-up's KV cache."""
+    def warm_up(self, question: str) -> Any:
+        """The question-only warm-up pass with its KV cache
+        (:class:`chunksel.features.kv.WarmUp`). ``r`` averages over the question's own
+        tokens, as the feature store's extraction does (the features it was trained on)."""
+        import torch
+
+        from chunksel.features.adapters import make_adapter
+        from chunksel.features.extract import _pad_id, forward_with_features
+        from chunksel.features.kv import WarmUp, _cache_name
+        from chunksel.llm.prompts import question_prompt
+
+        model, tokenizer, _ = self.generator()
+        prompt = question_prompt(tokenizer, question)
+        with self._gen_lock, torch.inference_mode():
+            h, r, out = forward_with_features(model, make_adapter(model), [prompt.ids], _pad_id(tokenizer),
+                                              spans=[prompt.span], use_cache=True)
+        return WarmUp(ids=list(prompt.ids), cache=getattr(out, _cache_name()), h=h[0].cpu().numpy(),
+                      r=r[0].cpu().numpy(), next_logits=out.logits[0, -1].float().cpu().numpy())
+
+    # ----------------------------------------------------------------- answer
+    def answer(
+        self, question: str, chunks: Sequence[str], max_new_tokens: int = 32, **select_kwargs: Any
+    ) -> tuple[str, ChunkSelection]:
+        """End-to-end RAG: select one chunk, then generate greedily from the warm-up's KV
+        cache (:func:`chunksel.features.kv.generate_with_reuse`). Selectors that read no
+        warm-up features still run the warm-up pass here: generation needs it anyway.
+        The selection's ``timings`` gain ``generate`` (and ``warmup``)."""
         from chunksel.features.kv import generate_with_reuse
 
-        sel = self.select(question, chunks, k=1)
+        sel = self.select(question, chunks, k=1, **select_kwargs)
+        if not sel.selected:
+            raise DataError("no chunk could be selected")
         model, tokenizer, _ = self.generator()
-        gen = generate_with_reuse(
-            model, tokenizer, question, sel.chunks[0], sel.warm_up.cache, sel.warm_up.ids, max_new_tokens
-        )
+        warm = sel.warm_up
+        if warm is None:
+            t = time.perf_counter()
+            warm = self.warm_up(question)
+            sel.timings["warmup"] = sel.timings.get("warmup", 0.0) + (time.perf_counter() - t) * 1e3
+        t = time.perf_counter()
+        with self._gen_lock:
+            gen = generate_with_reuse(model, tokenizer, question, sel.chunks[0], warm.cache, warm.ids,
+                                      max_new_tokens)
+        sel.timings["generate"] = (time.perf_counter() - t) * 1e3
+        sel.warm_up = None  # its cache was cropped in place by generation
         return gen.text, sel

@@ -10,14 +10,20 @@ Contract (DESIGN.md "One selector interface"):
 - ``select(batch, features=None, k=1)`` returns one :class:`Selection` per instance with
   ``min(k, real candidates)`` distinct candidates; ties go to the better retrieval rank.
 - ``save(path)`` writes ``config.json`` (name, format version, settings, the SHA-256 of
-  each state file) plus the selector's own state files; ``load(path)`` checks the
-  digests, rebuilds ``cls(**settings)`` and reads them.
+  each state file, the provenance) plus the selector's own state files; ``load(path)``
+  checks the digests, rebuilds ``cls(**settings)`` and reads them.
+- Provenance: every subclass's ``fit`` is wrapped (``__init_subclass__``) so that a
+  finished fit records where the selector came from in ``provenance_``
+  (:mod:`chunksel.selectors.provenance`); ``save`` writes it under ``"provenance"``,
+  together with the corpus statistics the selector reads (``corpus_stats/``), and
+  ``load`` reads it back.
 
 This module never imports torch.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import json
@@ -35,6 +41,7 @@ from chunksel.config import json_default
 from chunksel.errors import ConfigError, DataError, MissingExtraError, NotFittedError
 from chunksel.selectors.checkpoint import state_checksums, verify_checksums
 from chunksel.selectors.params import coerce_params
+from chunksel.selectors.provenance import record_provenance, selector_inputs
 from chunksel.types import Instance, Selection, candidate_mask
 
 FORMAT_VERSION = 1
@@ -67,6 +74,12 @@ class Selector(ABC):
     #: "warmup+bm25" (both)
     query_cost: ClassVar[str] = "none"
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fit = cls.__dict__.get("fit")
+        if fit is not None and not getattr(fit, "_records_provenance", False):
+            cls.fit = _recording_fit(fit)
+
     # ----------------------------------------------------------------- settings
     @classmethod
     def _param_names(cls) -> list[str]:
@@ -94,6 +107,7 @@ class Selector(ABC):
     ) -> S:
         """Learn from ``train`` (and ``val`` for early stopping); returns ``self``."""
         self.fitted_ = True
+        record_provenance(self, train, features)
         return self
 
     def n_parameters(self) -> int:
@@ -180,9 +194,14 @@ class Selector(ABC):
             "params": self.get_params(),
             "state": self._state_config(),
         }
+        provenance = dict(getattr(self, "provenance_", None) or {})
         staging = Path(tempfile.mkdtemp(prefix=".saving-", dir=path))
         try:
             self._save_state(staging)
+            if provenance.get("corpora") and "corpus_stats" in selector_inputs(self):
+                from chunksel.selectors.bm25 import bundle_corpus_stats
+
+                provenance["corpus_stats"] = bundle_corpus_stats(provenance["corpora"], staging)
             checksums = state_checksums(staging)
             if "config.json" in checksums:
                 raise RuntimeError(f"{type(self).__name__}._save_state must not write config.json")
@@ -192,6 +211,7 @@ class Selector(ABC):
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         config["checksums"] = checksums
+        config["provenance"] = provenance
         tmp = path / "config.json.tmp"
         tmp.write_text(json.dumps(config, indent=2, default=json_default))
         os.replace(tmp, path / "config.json")
@@ -216,6 +236,8 @@ class Selector(ABC):
             raise DataError(f"{cfg_path}: {err}") from None
         obj._load_state(path, config.get("state", {}))
         obj.fitted_ = True
+        prov = config.get("provenance")
+        obj.provenance_ = dict(prov) if isinstance(prov, dict) else {}
         return obj
 
     def _state_config(self) -> dict[str, Any]:
@@ -227,6 +249,21 @@ class Selector(ABC):
 
     def _load_state(self, path: Path, state: dict[str, Any]) -> None:
         """Read what :meth:`_save_state` and :meth:`_state_config` wrote (override)."""
+
+
+def _recording_fit(fit):
+    """``fit`` that records the selector's provenance once it returns."""
+
+    @functools.wraps(fit)
+    def wrapper(self, *args: Any, **kwargs: Any):
+        out = fit(self, *args, **kwargs)
+        train = args[0] if args else kwargs.get("train")
+        features = args[1] if len(args) > 1 else kwargs.get("features")
+        record_provenance(self, train, features)
+        return out
+
+    wrapper._records_provenance = True
+    return wrapper
 
 
 def selection_from_scores(inst: Instance, row: np.ndarray, k: int) -> Selection:

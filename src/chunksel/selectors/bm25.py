@@ -22,6 +22,14 @@ bm25s's English stopword list removed, **no stemming** (PyStemmer is not used).
 The corpus statistics are built once per corpus file and cached as a bm25s index under
 ``cache_root()/bm25/<corpus checksum>/`` (``bm25s.BM25.save``/``load``) plus
 ``stats.json`` (``N``, ``avgdl``), and kept in memory per process.
+
+A saved selector that reads corpus statistics carries them: ``Selector.save`` writes
+each training corpus's statistics as ``corpus_stats/<checksum>.npz`` (vocabulary,
+document frequencies, ``N``, ``avgdl``; :func:`bundle_corpus_stats`) and
+:func:`use_saved_corpus` points a loaded selector at them (registered in this process as
+the corpus ``"bundled:<checksum>"``), so it scores a user's chunks with the statistics it
+was trained with, without the corpus file. ``corpus=`` there picks the user's own corpus
+instead.
 """
 
 from __future__ import annotations
@@ -50,9 +58,13 @@ DATASET_CORPUS = {
     "msmarco": "msmarco-sub",
 }
 STATS_VERSION = 1
+#: prefix of the corpus names under which saved statistics are registered
+BUNDLED = "bundled:"
 
 _STATS_MEMO: dict[str, BM25Stats] = {}
 _PATH_CHECKSUM: dict[tuple[str, float, int], str] = {}
+#: "bundled:<checksum>" -> statistics read from a saved selector
+_REGISTERED: dict[str, BM25Stats] = {}
 
 
 def tokenize(texts: Sequence[str]) -> list[list[str]]:
@@ -141,16 +153,35 @@ def _stats_from_index(index, n_docs: int, avgdl: float) -> BM25Stats:
     return BM25Stats(vocab=dict(index.vocab_dict), df=df, n_docs=n_docs, avgdl=avgdl)
 
 
-def corpus_stats(corpus: str | Path, progress: bool = True) -> BM25Stats:
-    """BM25 statistics of a corpus (name or TSV path), cached on disk and in memory."""
+def corpus_checksum(corpus: str | Path) -> str:
+    """The checksum that keys a corpus's statistics (its file's, memoised per process)."""
     from chunksel.data.corpus import corpus_path
 
+    if str(corpus).startswith(BUNDLED):
+        return str(corpus)[len(BUNDLED):]
     path = corpus_path(corpus)
     st = path.stat()
     key = (str(path.resolve()), st.st_mtime, st.st_size)
     checksum = _PATH_CHECKSUM.get(key)
     if checksum is None:
         checksum = _PATH_CHECKSUM[key] = file_checksum(path)
+    return checksum
+
+
+def corpus_stats(corpus: str | Path, progress: bool = True) -> BM25Stats:
+    """BM25 statistics of a corpus (name, TSV path, or ``"bundled:<checksum>"`` for the
+    statistics of a loaded selector), cached on disk and in memory."""
+    from chunksel.data.corpus import corpus_path
+
+    if str(corpus).startswith(BUNDLED):
+        if str(corpus) not in _REGISTERED:
+            raise DataError(
+                f"corpus {str(corpus)!r} names the statistics saved with a selector, but none are "
+                "loaded in this process: load the selector with ChunkSelector.load (or use_saved_corpus)"
+            )
+        return _REGISTERED[str(corpus)]
+    path = corpus_path(corpus)
+    checksum = corpus_checksum(path)
     if checksum in _STATS_MEMO:
         return _STATS_MEMO[checksum]
     bm25s = require("bm25s", "ltr")
@@ -187,6 +218,94 @@ def corpus_stats(corpus: str | Path, progress: bool = True) -> BM25Stats:
         tmp.replace(stats_file)  # written last: its presence marks a complete cache
     _STATS_MEMO[checksum] = stats
     return stats
+
+
+def save_stats(stats: BM25Stats, file: str | Path) -> None:
+    """Write statistics as one compressed ``.npz``: the terms (UTF-8, one per line) and
+    their ids, ``df`` (int32, by id), ``n_docs`` and ``avgdl``."""
+    terms = sorted(stats.vocab, key=stats.vocab.__getitem__)
+    with open(file, "wb") as fh:
+        np.savez_compressed(
+            fh, terms=np.frombuffer("\n".join(terms).encode("utf-8"), dtype=np.uint8),
+            ids=np.asarray([stats.vocab[t] for t in terms], dtype=np.int64),
+            df=np.asarray(stats.df, dtype=np.int32),
+            n_docs=np.int64(stats.n_docs), avgdl=np.float64(stats.avgdl),
+        )
+
+
+def load_stats(file: str | Path) -> BM25Stats:
+    """Read what :func:`save_stats` wrote (a damaged file is a :class:`DataError`)."""
+    try:
+        with np.load(file) as z:
+            raw = z["terms"].tobytes().decode("utf-8")
+            ids = np.asarray(z["ids"], dtype=np.int64)
+            df = np.asarray(z["df"], dtype=np.int64)
+            n_docs, avgdl = int(z["n_docs"]), float(z["avgdl"])
+    except (OSError, KeyError, ValueError, EOFError) as err:
+        raise DataError(f"corrupt corpus statistics {file}: {err}") from None
+    terms = raw.split("\n") if raw else []
+    if len(terms) != len(ids):
+        raise DataError(f"corrupt corpus statistics {file}: {len(terms)} terms but {len(ids)} ids")
+    return BM25Stats(vocab=dict(zip(terms, ids.tolist(), strict=True)), df=df, n_docs=n_docs, avgdl=avgdl)
+
+
+def bundle_corpus_stats(corpora: dict[str, str], folder: str | Path, progress: bool = False) -> dict[str, dict]:
+    """Write the statistics of every corpus in ``corpora`` (``{dataset: corpus}``) under
+    ``folder/corpus_stats/``; returns ``{corpus: {"file", "checksum", "n_docs", "avgdl",
+    "n_terms"}}`` for the saved config."""
+    out: dict[str, dict] = {}
+    for name in sorted(set(corpora.values())):
+        stats = corpus_stats(name, progress=progress)
+        checksum = corpus_checksum(name)
+        rel = f"corpus_stats/{checksum}.npz"
+        (Path(folder) / "corpus_stats").mkdir(parents=True, exist_ok=True)
+        save_stats(stats, Path(folder) / rel)
+        out[name] = {"file": rel, "checksum": checksum, "n_docs": stats.n_docs,
+                     "avgdl": stats.avgdl, "n_terms": len(stats.vocab)}
+    return out
+
+
+def use_saved_corpus(selector, path: str | Path, corpus: str | Path | None = None) -> str | None:
+    """Point a loaded selector's ``corpus`` setting at the statistics to score new chunks
+    with; returns the corpus it will use (None if it reads no corpus statistics).
+
+    ``corpus`` (a name or TSV path) is the user's own corpus and wins. Otherwise the
+    statistics saved with the selector (``corpus_stats/``) are registered as
+    ``"bundled:<checksum>"``; a save without them falls back to the corpus it names
+    (found in the cache or the data root), or to its ``corpus`` setting.
+
+    Raises:
+        ConfigError: it was trained on several corpora, or on none that is known.
+    """
+    if not hasattr(selector, "corpus"):
+        return None
+    if corpus is not None:
+        selector.corpus = str(corpus)
+        return selector.corpus
+    prov = getattr(selector, "provenance_", None) or {}
+    names = sorted(set((prov.get("corpora") or {}).values()))
+    bundles = prov.get("corpus_stats") or {}
+    if len(names) > 1:
+        raise ConfigError(
+            f"the {selector.name} selector was trained with the statistics of several corpora "
+            f"({', '.join(names)}): choose one with corpus="
+        )
+    if names:
+        entry = bundles.get(names[0])
+        if entry:
+            key = BUNDLED + str(entry["checksum"])
+            if key not in _REGISTERED:
+                _REGISTERED[key] = load_stats(Path(path) / entry["file"])
+            selector.corpus = key
+        else:
+            selector.corpus = names[0]
+        return selector.corpus
+    if getattr(selector, "corpus", None):
+        return selector.corpus
+    raise ConfigError(
+        f"the {selector.name} selector reads BM25 corpus statistics, but its save names no corpus: "
+        "pass corpus= (a corpus name or a passage TSV/JSONL file)"
+    )
 
 
 def resolve_corpus(corpus: str | None, inst: Instance) -> str:

@@ -34,6 +34,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
+from contextvars import ContextVar
 
 import numpy as np
 
@@ -121,6 +122,10 @@ def instance_features(inst: Instance, stats: BM25Stats, k1: float = 1.5, b: floa
 #: read the same instances' features): key -> (n_candidates, 12) array
 _MEMO: dict[tuple, np.ndarray] = {}
 _MEMO_LIMIT = 200_000
+#: False skips the memo in the current context (thread / task): the application path
+#: sets it, since a request's chunks are rarely scored twice and the memo would keep
+#: every request's texts
+MEMO_ENABLED: ContextVar[bool] = ContextVar("chunksel_letor_memo", default=True)
 
 
 def _memo_key(inst: Instance, corpus: str, k1: float, b: float) -> tuple:
@@ -146,13 +151,15 @@ def letor_features(
     mask = np.zeros((len(batch), k), dtype=bool)
     for i, inst in enumerate(tqdm(batch, desc="letor features", disable=not show_progress(progress), mininterval=1.0)):
         name = resolve_corpus(corpus, inst)
-        key = _memo_key(inst, name, k1, b)
-        got = _MEMO.get(key)
+        use_memo = MEMO_ENABLED.get()
+        key = _memo_key(inst, name, k1, b) if use_memo else None
+        got = _MEMO.get(key) if use_memo else None
         if got is None:
             got = instance_features(inst, corpus_stats(name, progress=progress), k1, b)
-            if len(_MEMO) >= _MEMO_LIMIT:
-                _MEMO.clear()
-            _MEMO[key] = got
+            if use_memo:
+                if len(_MEMO) >= _MEMO_LIMIT:
+                    _MEMO.clear()
+                _MEMO[key] = got
         n = len(inst.candidates)
         feats[i, :n] = got
         mask[i, :n] = True

@@ -158,12 +158,28 @@ def test_impossible_settings_fail_before_any_model_loads(capsys, no_loading, arg
     _one_line(code, err, *needles)
 
 
-def test_select_refuses_a_saved_non_prototype_before_loading(capsys, tmp_path, no_loading):
+def test_select_refuses_prototype_options_for_another_selector_before_loading(capsys, tmp_path, no_loading):
     from chunksel.selectors.simple import RandomSelector
 
     RandomSelector().save(tmp_path / "r")
-    code, _, err = _run(capsys, "select", "--model", str(tmp_path / "r"), "--question", "q?", "--chunk", "a")
-    _one_line(code, err, "holds a 'random' selector", "needs a prototype selector")
+    code, _, err = _run(capsys, "select", "--model", str(tmp_path / "r"), "--question", "q?", "--chunk", "a",
+                        "--quantize", "int8")
+    _one_line(code, err, "holds a 'random' selector", "apply to a prototype selector")
+
+
+def test_select_works_with_any_saved_selector(capsys, tmp_path):
+    """select is no longer prototype-only: a saved retrieval selector picks the first chunks."""
+    import json as _json
+
+    from chunksel.selectors.simple import RetrievalSelector
+
+    RetrievalSelector().save(tmp_path / "r")
+    code, out, err = _run(capsys, "select", "--model", str(tmp_path / "r"), "--question", "q?",
+                          "--chunk", "a", "--chunk", "b", "--chunk", "c", "--top", "5")
+    assert code == 0, err
+    res = _json.loads(out)
+    assert res["indices"] == [0, 1, 2] and res["selector"] == "retrieval"
+    assert [c["rank"] for c in res["selected"]] == [1, 2, 3]
 
 
 @pytest.mark.parametrize(
@@ -194,7 +210,6 @@ def test_select_prints_valid_json_when_top_exceeds_k(capsys, tmp_path, monkeypat
 
     import numpy as np
 
-    import chunksel.features.kv
     from chunksel.features.base import InMemoryFeatures
     from chunksel.pipeline.chunk_selector import ChunkSelector
     from chunksel.selectors import make_selector
@@ -216,7 +231,7 @@ def test_select_prints_valid_json_when_top_exceeds_k(capsys, tmp_path, monkeypat
 
     monkeypatch.setattr(ChunkSelector, "encoder", property(lambda self: FakeEncoder()))
     monkeypatch.setattr(ChunkSelector, "generator", lambda self: (None, None, ""))
-    monkeypatch.setattr(chunksel.features.kv, "warm_up", lambda *a, **k: FakeWarmUp())
+    monkeypatch.setattr(ChunkSelector, "warm_up", lambda self, q: FakeWarmUp())
     chunks = [f"chunk {i}" for i in range(5)]
     argv = ["select", "--model", str(tmp_path / "m"), "--question", "q?", "--top", "4"]
     code, out, err = _run(capsys, *argv, *sum((["--chunk", c] for c in chunks), []))

@@ -1,0 +1,82 @@
+"""A LangChain document compressor (extra ``langchain``): keep the chunks a trained
+selector chooses, best first.
+
+Example (a ``ContextualCompressionRetriever``, or any chain)::
+
+    from chunksel.pipeline.langchain import ChunkselCompressor
+
+    compressor = ChunkselCompressor.from_path("models/anchored", k=2)
+    docs = retriever.invoke("Who wrote Hamlet?")                 # any LangChain retriever
+    best = compressor.compress_documents(docs, "Who wrote Hamlet?")
+    for d in best:
+        print(d.metadata["chunksel_rank"], d.metadata["chunksel_score"], d.page_content[:60])
+
+Documents whose ``metadata[embedding_key]`` holds the retriever's vector (all-MiniLM-L6-v2)
+are not re-encoded; ``metadata[score_key]`` is reused as the retrieval score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from chunksel.errors import require
+
+require("langchain_core", "langchain")
+
+from langchain_core.callbacks import Callbacks  # noqa: E402
+from langchain_core.documents import BaseDocumentCompressor, Document  # noqa: E402
+from pydantic import ConfigDict  # noqa: E402
+
+from chunksel.pipeline.adapters import as_chunk_selector, select_reusing  # noqa: E402
+
+
+class ChunkselCompressor(BaseDocumentCompressor):
+    """Keep the ``k`` documents a chunksel selector ranks highest (best first).
+
+    Attributes:
+        selector: a :class:`~chunksel.pipeline.chunk_selector.ChunkSelector`.
+        k: documents to keep.
+        embedding_key: metadata key of a document's retriever embedding (reused when every
+            document has one); None never reuses.
+        score_key: metadata key of its retrieval score; None never reuses.
+        title_key: metadata key of its title.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    selector: Any
+    k: int = 3
+    embedding_key: str | None = "embedding"
+    score_key: str | None = "score"
+    title_key: str | None = "title"
+
+    @classmethod
+    def from_path(cls, path: str | Path, k: int = 3, **kwargs: Any) -> ChunkselCompressor:
+        """Load a saved selector (``ChunkSelector.load``; ``corpus=`` etc. go there)."""
+        fields = {n: kwargs.pop(n) for n in ("embedding_key", "score_key", "title_key") if n in kwargs}
+        return cls(selector=as_chunk_selector(path, **kwargs), k=k, **fields)
+
+    def compress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        docs = list(documents)
+        if not docs:
+            return []
+
+        def meta(key):
+            return None if key is None else [d.metadata.get(key) for d in docs]
+
+        titles = meta(self.title_key)
+        res = select_reusing(
+            as_chunk_selector(self.selector), query, [d.page_content for d in docs], self.k,
+            meta(self.embedding_key), meta(self.score_key),
+            titles=None if titles is None or any(t is None for t in titles) else [str(t) for t in titles],
+        )
+        out = []
+        for c in res.selected:
+            d = docs[c.index]
+            out.append(Document(page_content=d.page_content, id=d.id,
+                                metadata={**d.metadata, "chunksel_score": c.score, "chunksel_rank": c.rank}))
+        return out

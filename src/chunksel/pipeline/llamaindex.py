@@ -1,0 +1,78 @@
+"""A LlamaIndex node postprocessor (extra ``llamaindex``): keep the nodes a trained
+selector chooses, best first.
+
+Example (a query engine over any retriever)::
+
+    from llama_index.core.query_engine import RetrieverQueryEngine
+    from chunksel.pipeline.llamaindex import ChunkselNodePostprocessor
+
+    post = ChunkselNodePostprocessor.from_path("models/anchored", top_n=2)
+    engine = RetrieverQueryEngine.from_args(retriever, llm=llm, node_postprocessors=[post])
+    response = engine.query("Who wrote Hamlet?")
+    for n in response.source_nodes:
+        print(n.score, n.node.get_content()[:60])
+
+Nodes that carry their embedding (a vector-store retriever's all-MiniLM-L6-v2 vectors)
+are not re-encoded, the query bundle's embedding is reused, and the retriever's node
+scores are reused as retrieval scores.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from chunksel.errors import require
+
+require("llama_index.core", "llamaindex")
+
+from llama_index.core.bridge.pydantic import PrivateAttr  # noqa: E402
+from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: E402
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle  # noqa: E402
+
+from chunksel.pipeline.adapters import as_chunk_selector, select_reusing  # noqa: E402
+
+
+class ChunkselNodePostprocessor(BaseNodePostprocessor):
+    """Keep the ``top_n`` nodes a chunksel selector ranks highest; their score becomes
+    the selector's.
+
+    Args:
+        selector: a :class:`~chunksel.pipeline.chunk_selector.ChunkSelector` (or a path).
+        top_n: nodes to keep.
+        reuse_embeddings: reuse node and query embeddings (they must come from the
+            selector's encoder).
+    """
+
+    top_n: int = 3
+    reuse_embeddings: bool = True
+    _selector: Any = PrivateAttr()
+
+    def __init__(self, selector: Any, top_n: int = 3, reuse_embeddings: bool = True, **kwargs: Any) -> None:
+        super().__init__(top_n=top_n, reuse_embeddings=reuse_embeddings, **kwargs)
+        self._selector = as_chunk_selector(selector)
+
+    @classmethod
+    def from_path(cls, path: str | Path, top_n: int = 3, **load_kwargs: Any) -> ChunkselNodePostprocessor:
+        return cls(as_chunk_selector(path, **load_kwargs), top_n=top_n)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "ChunkselNodePostprocessor"
+
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        if query_bundle is None:
+            raise ValueError("ChunkselNodePostprocessor needs the query (query_bundle)")
+        if not nodes:
+            return []
+        reuse = self.reuse_embeddings
+        res = select_reusing(
+            self._selector, query_bundle.query_str,
+            [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes], self.top_n,
+            [n.node.embedding for n in nodes] if reuse else None,
+            [n.score for n in nodes],
+            query_embedding=query_bundle.embedding if reuse else None,
+        )
+        return [NodeWithScore(node=nodes[c.index].node, score=c.score) for c in res.selected]

@@ -208,7 +208,7 @@ def build_instances(
         "inputs": _qa_checksum(dataset, droot) if input_path is None else _file_key(Path(input_path)),
     }
     if input_path is not None and corpus is not None:
-        from chunksel.selectors.bm25 import corpus_checksum
+        from chunksel.selectors.bm25_stats import corpus_checksum
 
         config["corpus_checksum"] = corpus_checksum(corpus)
     out = cache_root() / "instances" / dataset / config_hash(config)

@@ -340,7 +340,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.input:
             from pathlib import Path
 
-            from chunksel.selectors.bm25 import use_saved_corpus
+            from chunksel.selectors.bm25_stats import use_saved_corpus
             from chunksel.selectors.provenance import selector_inputs
 
             if "corpus_stats" in selector_inputs(sel) and Path(args.model).is_dir():

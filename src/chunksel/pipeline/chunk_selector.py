@@ -197,7 +197,7 @@ class ChunkSelector:
         self._gen_lock = threading.RLock()
         self.corpus: str | None = None
         if "corpus_stats" in self.inputs:
-            from chunksel.selectors.bm25 import use_saved_corpus
+            from chunksel.selectors.bm25_stats import use_saved_corpus
 
             if corpus is not None:
                 from chunksel.data.corpus import user_corpus_path
@@ -289,7 +289,7 @@ class ChunkSelector:
         if generator or (generator is None and "warmup" in self.inputs):
             self.generator()
         if "corpus_stats" in self.inputs and self.corpus:
-            from chunksel.selectors.bm25 import corpus_stats
+            from chunksel.selectors.bm25_stats import corpus_stats
 
             corpus_stats(self.corpus, progress=False)
         return self

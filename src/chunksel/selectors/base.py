@@ -199,7 +199,7 @@ class Selector(ABC):
         try:
             self._save_state(staging)
             if provenance.get("corpora") and "corpus_stats" in selector_inputs(self):
-                from chunksel.selectors.bm25 import bundle_corpus_stats
+                from chunksel.selectors.bm25_stats import bundle_corpus_stats
 
                 provenance["corpus_stats"] = bundle_corpus_stats(provenance["corpora"], staging)
             checksums = state_checksums(staging)

@@ -39,7 +39,13 @@ from contextvars import ContextVar
 import numpy as np
 
 from chunksel.config import show_progress
-from chunksel.selectors.bm25 import BM25Stats, corpus_stats, passage_text, resolve_corpus, tokenize
+from chunksel.selectors.bm25_stats import (
+    BM25Stats,
+    corpus_stats,
+    passage_text,
+    resolve_corpus,
+    tokenize,
+)
 from chunksel.types import Instance
 
 FEATURE_NAMES = (

@@ -70,7 +70,7 @@ class _NeuralSelector(Selector):
 
     def _data(self, batch: Sequence[Instance], with_labels: bool):
         from chunksel.nn.vocab import encode
-        from chunksel.selectors.bm25 import passage_text
+        from chunksel.selectors.bm25_stats import passage_text
         from chunksel.training.ranking import RankingData
 
         k = max(len(i.candidates) for i in batch)

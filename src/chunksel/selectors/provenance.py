@@ -145,7 +145,7 @@ def training_provenance(selector: Any, train: Sequence[Instance], features: Any 
     label_source = label or ",".join(sorted({i.label_source for i in train}))
     corpora: dict[str, str] = {}
     if "corpus_stats" in inputs:
-        from chunksel.selectors.bm25 import resolve_corpus
+        from chunksel.selectors.bm25_stats import resolve_corpus
 
         for inst in train:
             ds = inst.question.dataset or inst.id.split(":", 1)[0]

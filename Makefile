@@ -24,6 +24,7 @@ models: install
 test: install models
 	$(BIN)/python -m pytest -q -m "not slow"
 	PYTHON=$(PYTHON) bash .ci/test-transformers4.sh
+	PYTHON=$(PYTHON) bash .ci/test-numpy-only.sh
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks

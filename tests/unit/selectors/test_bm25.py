@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from chunksel.errors import ConfigError
-from chunksel.selectors import bm25 as bm25_mod
+from chunksel.selectors import bm25_stats as bm25_mod
 from chunksel.selectors.bm25 import BM25Selector, BM25Stats, corpus_stats, tokenize
 from chunksel.types import Candidate, Instance, Question
 

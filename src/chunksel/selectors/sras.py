@@ -74,6 +74,11 @@ class SRASSelector(Selector):
     requires_fit = True
     query_cost = "none"
 
+    def required_inputs(self) -> frozenset[str]:
+        """What it reads at query time (:func:`chunksel.selectors.provenance.selector_inputs`):
+        the MiniLM embeddings of the question and of each chunk."""
+        return frozenset({"chunk_embedding", "question_embedding"})
+
     def __init__(
         self,
         k: int = 5,

@@ -68,7 +68,7 @@ def test_export_writes_a_runnable_onnx_graph(capsys, tmp_path, toy_instances):
     ret.fit([], None)
     ret.save(tmp_path / "r")
     code, _, err = _run(capsys, "export", "--model", str(tmp_path / "r"), "--out", str(tmp_path / "r.onnx"))
-    assert code == 2 and "needs a prototype selector" in err
+    assert code == 2 and "export needs a prototype" in err
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ question (it is the pass that gives the selector its features); every generation
 continues from a copy of its KV cache cropped to the longest common token prefix, so only
 the chunk(s) and the closing template tokens are prefilled. The "no context" condition's
 prompt *is* the warm-up prompt, so it prefills a single token. Per answer the module
-records the prefilled tokens, the **time to first token** (TTFT: the prefill forward pass
-and the first argmax, from a cache already in memory) and the **peak memory**: the
+records the prefilled tokens, the **time to first token** (TTFT: the prefill forward pass,
+logits of the last position only, and the first argmax, from a cache already in memory) and the **peak memory**: the
 growth of the process's peak resident set (``VmHWM`` of ``/proc/self/status``, reset
 through ``/proc/self/clear_refs`` before each answer, minus ``VmRSS`` before it; torch's
 CPU tensors are invisible to tracemalloc, so RSS it is). Without ``/proc`` (not Linux)
@@ -63,7 +63,7 @@ REFERENCE_CONDITIONS = ("no_context", "top1", "top5", "oracle")
 #: separator between several chosen chunks inside the generation prompt's chunk part
 CHUNK_JOIN = "\n\n"
 #: version of the answer records' definition (part of the cache key)
-ANSWER_VERSION = 1
+ANSWER_VERSION = 2  # 2: logits of the last position only (TTFT and memory as a runtime would)
 
 _PUNCT = frozenset(string.punctuation)
 
@@ -246,7 +246,7 @@ class Generator:
             for i in range(max_new):
                 n = step.shape[1]
                 kw = {name: cache} if cache is not None else {}
-                res = self.model(input_ids=step, use_cache=True, **kw,
+                res = self.model(input_ids=step, use_cache=True, logits_to_keep=1, **kw,
                                  position_ids=torch.arange(pos, pos + n, device=device)[None])
                 cache = getattr(res, name)
                 nxt = int(res.logits[0, -1].argmax())

@@ -355,23 +355,13 @@ def attach_sidecar_labels(
             stacklevel=2,
         )
     index = {(inst.question.id, c.id): c for inst in instances for c in inst.candidates}
-    for key, path in files:
-        rows = read_sidecar(path)
+    for key, path in sorted(files, key=lambda kv: kv[0] == plain):  # the plain judge last
         meta_path = path.with_name(path.stem + ".meta.json")
-        name = key
-        if meta_path.is_file():
-            name = json.loads(meta_path.read_text()).get("judge", key)
-        for r in rows:
+        name = json.loads(meta_path.read_text()).get("judge", key) if meta_path.is_file() else key
+        for r in read_sidecar(path):
             cand = index.get((r.question_id, r.candidate_id))
             if cand is not None:
-                _apply(cand, r, key, name, plain=False)
-    key, path = next(kv for kv in files if kv[0] == plain)
-    meta_path = path.with_name(path.stem + ".meta.json")
-    name = json.loads(meta_path.read_text()).get("judge", key) if meta_path.is_file() else key
-    for r in read_sidecar(path):
-        cand = index.get((r.question_id, r.candidate_id))
-        if cand is not None:
-            _apply(cand, r, key, name, plain=True)
+                _apply(cand, r, key, name, plain=key == plain)
     return [k for k in keys if k != plain] + [plain]
 
 

@@ -71,10 +71,31 @@ def _auc(y: np.ndarray, p: np.ndarray) -> float | None:
     return _f(roc_auc_score(y[ok], p[ok]))
 
 
-def versus_containment(judge: np.ndarray, contain: np.ndarray, p_yes: np.ndarray) -> dict:
+def bootstrap_ci(judge: np.ndarray, contain: np.ndarray, groups: np.ndarray, n: int = 2000, seed: int = 0) -> dict:
+    """95% percentile intervals of agreement and kappa, resampling *questions* (their K pairs
+    stay together: the pairs of one question are not independent)."""
+    from sklearn.metrics import cohen_kappa_score
+
+    rng = np.random.default_rng(seed)
+    uniq = np.unique(groups)
+    rows = [np.flatnonzero(groups == g) for g in uniq]
+    agree, kappa = [], []
+    for _ in range(n):
+        idx = np.concatenate([rows[i] for i in rng.integers(0, len(rows), len(rows))])
+        j, c = judge[idx], contain[idx]
+        agree.append((j == c).mean())
+        if len(set(j.tolist()) | set(c.tolist())) > 1:
+            kappa.append(cohen_kappa_score(c, j, labels=[0, 1]))
+    q = lambda xs: [_f(np.quantile(xs, 0.025)), _f(np.quantile(xs, 0.975))] if xs else None  # noqa: E731
+    return {"agreement_ci95": q(agree), "kappa_ci95": q(kappa), "resamples": n, "unit": "question"}
+
+
+def versus_containment(judge: np.ndarray, contain: np.ndarray, p_yes: np.ndarray,
+                       groups: np.ndarray | None = None) -> dict:
     from sklearn.metrics import cohen_kappa_score, confusion_matrix
 
     cm = confusion_matrix(contain, judge, labels=[0, 1])
+    ci = bootstrap_ci(judge, contain, groups) if groups is not None and len(judge) else {}
     return {
         "pairs": int(len(judge)),
         "confusion": {"rows": "containment 0/1", "cols": "judge 0/1", "matrix": cm.tolist()},
@@ -83,6 +104,7 @@ def versus_containment(judge: np.ndarray, contain: np.ndarray, p_yes: np.ndarray
         "judge_positive_rate": _f(judge.mean()),
         "containment_positive_rate": _f(contain.mean()),
         "auc_p_yes": _auc(contain, p_yes),
+        **ci,
     }
 
 
@@ -145,7 +167,7 @@ def main(argv=None) -> int:
         "machine": {"cpu_threads": args.threads, "platform": platform.platform(), "nice": os.nice(0)},
         "datasets": {},
     }
-    pooled: dict[str, list[np.ndarray]] = {"judge": [], "contain": [], "p": []}
+    pooled: dict[str, list[np.ndarray]] = {"judge": [], "contain": [], "p": [], "g": []}
     new_pairs, new_seconds, wall = 0, 0.0, 0.0
     for ds in args.datasets:
         built = build_instances(ds, k=5, index="flat", limit=500, progress=False)
@@ -165,10 +187,13 @@ def main(argv=None) -> int:
         contain = arrays(batch, "containment")
         has_c = contain >= 0  # MS MARCO: only questions with an answer string have it
         if has_c.any():
-            entry["vs_containment"] = versus_containment(judge[has_c], contain[has_c], p_yes[has_c])
+            groups = np.array([f"{ds}:{i.id}" for i in batch for _ in i.candidates])
+            entry["vs_containment"] = versus_containment(judge[has_c], contain[has_c], p_yes[has_c],
+                                                         groups[has_c])
             pooled["judge"].append(judge[has_c])
             pooled["contain"].append(contain[has_c])
             pooled["p"].append(p_yes[has_c])
+            pooled["g"].append(groups[has_c])
         if source is not None:
             gold = arrays(batch, source)
             entry["vs_gold"] = versus_gold(judge, gold, None, p_yes, source)
@@ -183,7 +208,8 @@ def main(argv=None) -> int:
         stage(f"{ds}: {json.dumps(entry)}")
     if pooled["judge"]:
         report["pooled_vs_containment"] = versus_containment(
-            np.concatenate(pooled["judge"]), np.concatenate(pooled["contain"]), np.concatenate(pooled["p"]))
+            np.concatenate(pooled["judge"]), np.concatenate(pooled["contain"]), np.concatenate(pooled["p"]),
+            np.concatenate(pooled["g"]))
     report["throughput"] = {
         "new_pairs": new_pairs,
         "pairs_per_s_backend": _f(new_pairs / new_seconds) if new_seconds else None,

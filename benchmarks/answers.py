@@ -11,7 +11,7 @@ their id) and runs :func:`chunksel.eval.answers.answer_table` for:
   none is positive), ``top5``: all five candidates, ``no_context``: the question alone.
 
 Greedy answers, at most 32 new tokens, with KV reuse from the question-only warm-up
-pass; EM / token F1 with 95% bootstrap intervals, prefill tokens, TTFT with and without
+pass; EM / token F1 / answer accuracy (alias inside the answer) with 95% bootstrap intervals, prefill tokens, TTFT with and without
 reuse, peak RSS growth. Answers are cached under ``$CHUNKSEL_CACHE/answers/``: a killed
 run resumes. Writes ``benchmarks/results/answers.json``.
 
@@ -84,6 +84,7 @@ def main(argv=None) -> int:
     for name, c in table["conditions"].items():
         stage(f"{name:<11} EM {100 * c['em']['mean']:5.1f} [{100 * c['em']['lo']:.1f}, {100 * c['em']['hi']:.1f}]  "
               f"F1 {100 * c['f1']['mean']:5.1f} [{100 * c['f1']['lo']:.1f}, {100 * c['f1']['hi']:.1f}]  "
+              f"acc {100 * c['acc']['mean']:5.1f} [{100 * c['acc']['lo']:.1f}, {100 * c['acc']['hi']:.1f}]  "
               f"prefill {c['prefill_tokens']}  TTFT {c['ttft_ms']} ms")
     stage(f"kv reuse: {table.get('kv_reuse')}")
     stage(f"wrote {args.out}")

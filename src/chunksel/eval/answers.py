@@ -12,10 +12,14 @@ given), one user turn. The answer is scored against every reference alias:
   answer equals a normalised alias, max over the aliases;
 - **token F1**: the harmonic mean of token precision and recall between the normalised
   answer and an alias (bag of tokens), max over the aliases;
+- **answer accuracy** (``acc``, the "match" metric of PopQA / Self-RAG for generators that
+  answer in sentences): 1 if a normalised alias occurs as a whole token sequence inside
+  the normalised answer;
 - **regex answers** (``Question.answer_type == "regex"``, CuratedTREC): EM is 1 when a
   pattern matches at the start of the answer (``re.match``, case-insensitive; DrQA's
   ``regex_match_score``); F1 is the token F1 between the answer and the first span a
-  pattern finds anywhere in it (``re.search``), 0 when none does.
+  pattern finds anywhere in it (``re.search``), 0 when none does; ``acc`` is 1 when a
+  pattern is found anywhere.
 
 **KV reuse** (:mod:`chunksel.features.kv`): the question-only warm-up pass runs once per
 question (it is the pass that gives the selector its features); every generation
@@ -129,6 +133,21 @@ def token_f1(prediction: str, answers: Sequence[str], answer_type: str = "string
     if answer_type != "string":
         raise DataError(f"unknown answer_type {answer_type!r}; known: string, regex")
     return max((_f1(pred, normalize_answer(a).split()) for a in answers), default=0.0)
+
+
+def answer_accuracy(prediction: str, answers: Sequence[str], answer_type: str = "string") -> float:
+    """1.0 if a normalised alias occurs as a token sequence in the normalised prediction
+    (regex: a pattern is found anywhere), else 0.0."""
+    if answer_type == "regex":
+        return float(any((pat := _compile(a)) is not None and pat.search(prediction) for a in answers))
+    if answer_type != "string":
+        raise DataError(f"unknown answer_type {answer_type!r}; known: string, regex")
+    pred = normalize_answer(prediction).split()
+    for a in answers:
+        ref = normalize_answer(a).split()
+        if ref and any(pred[i:i + len(ref)] == ref for i in range(len(pred) - len(ref) + 1)):
+            return 1.0
+    return 0.0
 
 
 # ---------------------------------------------------------------- memory
@@ -420,6 +439,7 @@ def answer_table(
               "conditions": {name: {
                   "em": {"mean", "lo", "hi"},       # fraction, 95% percentile bootstrap
                   "f1": {"mean", "lo", "hi"},       #   (10,000 resamples, seed)
+                  "acc": {"mean", "lo", "hi"},      # alias inside the answer
                   "chunks": float,                  # mean chunks in the prompt
                   "prompt_tokens": float,           # mean generation-prompt length
                   "prefill_tokens": float,          # mean tokens prefilled with KV reuse
@@ -434,7 +454,7 @@ def answer_table(
               "cache": {"pairs": distinct pairs, "generated": new this call, "cached": hits,
                         "path": str},
               "memory": str,                        # how peak memory is measured
-              "answers": {name: [{"id", "pick", "answer", "em", "f1"}]},  # keep_answers
+              "answers": {name: [{"id", "pick", "answer", "em", "f1", "acc"}]},  # keep_answers
             }
 
     Raises:
@@ -503,19 +523,21 @@ def answer_table(
     }
     answers: dict[str, list[dict[str, Any]]] = {}
     for name, rows in conds.items():
-        em, f1, recs, listing = [], [], [], []
+        em, f1, acc, recs, listing = [], [], [], [], []
         for i in chosen:
             q = instances[i].question
             rec = results[key(i, rows[i])]
             e = exact_match(rec["text"], q.answers, q.answer_type)
             f = token_f1(rec["text"], q.answers, q.answer_type)
+            a = answer_accuracy(rec["text"], q.answers, q.answer_type)
             em.append(e)
             f1.append(f)
+            acc.append(a)
             recs.append(rec)
             listing.append({"id": q.id, "pick": [int(j) for j in rows[i]], "answer": rec["text"],
-                            "em": e, "f1": round(f, 4)})
+                            "em": e, "f1": round(f, 4), "acc": a})
         entry = {
-            "em": _interval(em, seed), "f1": _interval(f1, seed),
+            "em": _interval(em, seed), "f1": _interval(f1, seed), "acc": _interval(acc, seed),
             "chunks": _mean([len(rows[i]) for i in chosen]),
             "prompt_tokens": _mean([r["prompt_tokens"] for r in recs]),
             "prefill_tokens": _mean([r["prefill_tokens"] for r in recs]),
@@ -547,6 +569,7 @@ def answer_table(
 
 
 __all__ = [
-    "REFERENCE_CONDITIONS", "Answer", "AnswerCache", "Generator", "answer_table", "exact_match",
+    "REFERENCE_CONDITIONS", "Answer", "AnswerCache", "Generator", "answer_accuracy", "answer_table",
+    "exact_match",
     "normalize_answer", "reference_picks", "sample_instances", "token_f1",
 ]

@@ -10,6 +10,7 @@ from chunksel.eval.answers import (
     Answer,
     Generator,
     _ids_hash,
+    answer_accuracy,
     answer_table,
     exact_match,
     normalize_answer,
@@ -28,6 +29,10 @@ def test_squad_normalisation_em_and_f1_over_aliases():
     assert token_f1("Paris, France", ["Lyon", "France Paris"]) == pytest.approx(1.0)  # max over aliases
     assert token_f1("", ["Paris"]) == 0.0 and token_f1("Paris", []) == 0.0
     assert token_f1("the", ["a"]) == 1.0  # both normalise to nothing: SQuAD counts that a match
+    # answer accuracy: an alias as a whole token sequence inside a sentence-long answer
+    assert answer_accuracy("It was built by Gustave Eiffel in 1889.", ["Eiffel", "G. Eiffel"]) == 1.0
+    assert answer_accuracy("The Eiffelturm is tall", ["Eiffel"]) == 0.0
+    assert answer_accuracy("anything", ["", "the"]) == 0.0  # empty after normalisation
 
 
 def test_regex_answers():
@@ -37,6 +42,7 @@ def test_regex_answers():
     assert exact_match("in 1984", pats, "regex") == 0.0
     assert token_f1("in 1984", pats, "regex") == pytest.approx(2 / 3)  # against the found span
     assert token_f1("no year here", pats, "regex") == 0.0
+    assert answer_accuracy("in 1984", pats, "regex") == 1.0 and answer_accuracy("no", pats, "regex") == 0.0
     assert exact_match("(", ["("], "regex") == 0.0  # a pattern that does not compile: no match
     with pytest.raises(DataError):
         exact_match("x", ["x"], "fuzzy")
@@ -90,7 +96,8 @@ def test_answer_table_scores_shares_and_caches(tmp_path):
     distinct = {(i, tuple(p[i])) for p in [*picks.values(), *reference_picks(insts).values()] for i in range(3)}
     assert res["cache"]["pairs"] == len(distinct) == gen.calls and res["cache"]["generated"] == gen.calls
     assert res["kv_reuse"]["pairs"] == 4 and res["kv_reuse"]["saving_ms"] > 0
-    assert res["answers"]["sel_b"][1] == {"id": "q1", "pick": [1], "answer": "chunk 1", "em": 0.0, "f1": 0.5}
+    assert res["answers"]["sel_b"][1] == {"id": "q1", "pick": [1], "answer": "chunk 1", "em": 0.0, "f1": 0.5,
+                                          "acc": 0.0}
     # a second call (a new process would do the same) makes no generator call
     again = answer_table(insts, picks, FakeGenerator(), cache=tmp_path, progress=False)
     assert again["cache"]["generated"] == 0 and again["cache"]["cached"] == len(distinct)

@@ -86,6 +86,10 @@ def main(argv=None) -> int:
               f"F1 {100 * c['f1']['mean']:5.1f} [{100 * c['f1']['lo']:.1f}, {100 * c['f1']['hi']:.1f}]  "
               f"acc {100 * c['acc']['mean']:5.1f} [{100 * c['acc']['lo']:.1f}, {100 * c['acc']['hi']:.1f}]  "
               f"prefill {c['prefill_tokens']}  TTFT {c['ttft_ms']} ms")
+        if "answerable" in c:
+            a = c["answerable"]
+            stage(f"{'':<11} answerable ({a['questions']}): acc {100 * a['acc']['mean']:5.1f} "
+                  f"[{100 * a['acc']['lo']:.1f}, {100 * a['acc']['hi']:.1f}]  F1 {100 * a['f1']['mean']:5.1f}")
     stage(f"kv reuse: {table.get('kv_reuse')}")
     stage(f"wrote {args.out}")
     return 0

@@ -446,6 +446,8 @@ def answer_table(
                   "ttft_ms": float, "ttft_ms_p50": float,   # with KV reuse
                   "peak_rss_mb": float | None,      # mean peak-RSS growth per answer
                   "answer_tokens": float,
+                  "answerable": {"questions", "em", "f1", "acc"},  # same, on the questions
+                                                    #   with a positive candidate (label)
                   "oracle_fallback": int,           # only "oracle": questions w/o positive
               }},
               "kv_reuse": {"pairs", "ttft_ms_reuse", "ttft_ms_noreuse", "saving_ms",
@@ -546,6 +548,12 @@ def answer_table(
             "peak_rss_mb": _mean([r["peak_rss_mb"] for r in recs]),
             "answer_tokens": _mean([r["tokens_out"] for r in recs]),
         }
+        ans_rows = [n for n, i in enumerate(chosen) if instances[i].answerable(label)]
+        if ans_rows:  # the questions with a positive candidate, where the pick can matter
+            entry["answerable"] = {
+                "questions": len(ans_rows),
+                **{m: _interval([v[n] for n in ans_rows], seed) for m, v in (("em", em), ("f1", f1), ("acc", acc))},
+            }
         if name == "oracle" and "oracle" not in picks:
             entry["oracle_fallback"] = sum(not instances[i].answerable(label) for i in chosen)
         out["conditions"][name] = entry

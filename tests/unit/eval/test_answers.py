@@ -91,6 +91,7 @@ def test_answer_table_scores_shares_and_caches(tmp_path):
     assert set(c) == {"no_context", "top1", "top5", "oracle", "sel_a", "sel_b"}
     assert c["oracle"]["em"]["mean"] == pytest.approx(2 / 3, abs=1e-4) and c["oracle"]["oracle_fallback"] == 1
     assert c["sel_a"]["em"]["mean"] == pytest.approx(2 / 3, abs=1e-4) and c["no_context"]["em"]["mean"] == 0.0
+    assert c["oracle"]["answerable"]["questions"] == 2 and c["oracle"]["answerable"]["em"]["mean"] == 1.0
     assert c["top5"]["chunks"] == 5 and 0 <= c["sel_a"]["em"]["lo"] <= c["sel_a"]["em"]["hi"] <= 1
     # distinct (question, chunks) pairs are generated once, shared by every condition picking them
     distinct = {(i, tuple(p[i])) for p in [*picks.values(), *reference_picks(insts).values()] for i in range(3)}

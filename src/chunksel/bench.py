@@ -200,7 +200,8 @@ def _code_fingerprint() -> str:
 
 def _instances_fingerprint(instances: Sequence[Any]) -> str:
     return _digest([
-        (i.id, i.split, [(c.id, sorted(c.labels.items())) for c in i.candidates]) for i in instances
+        (i.id, i.split, i.label_source, [(c.id, sorted(c.labels.items())) for c in i.candidates])
+        for i in instances
     ])
 
 

@@ -159,6 +159,7 @@ def build_instances(
     progress: bool = True,
     rebuild: bool = False,
     corpus: str | Path | None = None,
+    label: str | None = None,
 ) -> Built:
     """Build (or reuse) the benchmark instances of ``dataset``; see the module docstring.
 
@@ -173,8 +174,22 @@ def build_instances(
             named dataset.
         corpus: for ``input_path`` records without ``ctxs``: the corpus to retrieve
             from (a benchmark corpus name, or a passage TSV or JSONL file).
+        label: a label spec that replaces the dataset's default on every instance
+            (``"semantic"``, ``"semantic|gold"``, ...); default ``$CHUNKSEL_LABEL`` (what
+            ``chunksel --label`` sets), else the dataset's own. Not part of the store's
+            key: label sources are kept apart on the candidates, the spec only picks.
+            Judge labels come from the sidecar files of ``chunksel label``.
+
+    Raises:
+        ConfigError: ``label`` names a source no candidate carries.
+        DataError: ``label`` uses the judge's ``semantic`` source and some instances
+            have not been judged (run ``chunksel label`` with the same ``--limit``).
     """
+    import os
+
     from chunksel.data.datasets import DATASETS
+
+    label = label or os.environ.get("CHUNKSEL_LABEL") or None
 
     if k < 1:
         raise ConfigError(f"--k must be >= 1, got {k}")
@@ -214,7 +229,7 @@ def build_instances(
     out = cache_root() / "instances" / dataset / config_hash(config)
     if not rebuild and (out / "instances.jsonl").is_file() and load_meta(out).get("config") == config:
         instances = load_instances(out)
-        return Built(dataset, out, instances, config, split_stats(instances))
+        return _with_label(Built(dataset, out, instances, config, split_stats(instances)), label)
 
     if input_path is not None:
         instances = _build_from_jsonl(Path(input_path), dataset, k, index, limit, progress, corpus)
@@ -224,7 +239,41 @@ def build_instances(
         raise DataError(f"{dataset}: no instances were built (no questions with candidates)")
     stats = split_stats(instances)
     save_instances(out, instances, meta={"config": config, "stats": stats})
-    return Built(dataset, out, instances, config, stats)
+    from chunksel.labels.judge import attach_sidecar_labels
+
+    attach_sidecar_labels(instances, out)
+    return _with_label(Built(dataset, out, instances, config, stats), label)
+
+
+def _with_label(built: Built, label: str | None) -> Built:
+    """``built`` with every instance's label spec set to ``label`` (checked first)."""
+    if not label:
+        return built
+    from chunksel.types import parse_label_spec
+
+    seen = {src for i in built.instances for c in i.candidates for src in c.labels}
+    for src in parse_label_spec(label):
+        if src not in seen:
+            hint = (f"; judge it first: chunksel label --dataset {built.dataset} --judge local"
+                    if src.startswith("semantic") else "")
+            raise ConfigError(
+                f"label source {src!r} is on no candidate of {built.dataset} "
+                f"(sources here: {', '.join(sorted(seen)) or 'none'}){hint}"
+            )
+        if src.startswith("semantic"):
+            from chunksel.labels.judge import missing_labels
+
+            missing = missing_labels(built.instances, src)
+            if missing:
+                raise DataError(
+                    f"{missing} of {len(built.instances)} {built.dataset} instances have candidates "
+                    f"without the judge's {src!r} label; run chunksel label --dataset {built.dataset} "
+                    f"with the same --limit/--k/--index"
+                )
+    for inst in built.instances:
+        inst.label_source = label
+    config = {**built.config, "label": label}
+    return Built(built.dataset, built.path, built.instances, config, split_stats(built.instances))
 
 
 def _file_key(path: Path) -> str:

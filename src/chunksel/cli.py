@@ -1,6 +1,6 @@
 """The ``chunksel`` command line.
 
-``chunksel fetch-models | build | features | train | eval | bench | select | export | serve``. Heavy
+``chunksel fetch-models | build | features | train | eval | bench | select | export | serve | label``. Heavy
 imports happen inside each command; a :class:`~chunksel.errors.ChunkselError` is printed
 as one ``error: ...`` line (exit status 2), never as a traceback. Settings that are wrong
 on their own (counts < 1, unknown or ill-typed ``--param``, a ``--model`` that is no saved
@@ -25,6 +25,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-root", default=None, help="input data root (default $CHUNKSEL_DATA)")
     p.add_argument("--cache", default=None, help="cache root (default $CHUNKSEL_CACHE or ~/.cache/chunksel)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--label", default=None, metavar="SPEC",
+                   help="label spec replacing each dataset's default, e.g. semantic or containment|gold "
+                        "(sets $CHUNKSEL_LABEL; semantic needs `chunksel label` first)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -135,6 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the .onnx file to write")
     p.add_argument("--quantize", default="fp32", choices=["fp32", "int8"],
                    help="fp32, or int8 (int8 weights, per-row dynamic int8 activations)")
+    # -- chunksel label: LLM-judge semantic labels (labels/judge.py)
+    p = sub.add_parser("label", help="judge every candidate with an LLM (the paper's prompt): 'semantic' labels")
+    _common(p)
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--judge", required=True, metavar="local|URL",
+                   help="local (transformers, SmolLM2 unless --model) or an OpenAI-compatible base URL")
+    p.add_argument("--model", default=None, help="local: a model folder or .gguf; URL: the server's model name")
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--index", choices=["flat", "ivfpq"], default="flat")
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=8, help="pairs per backend call (default 8)")
     return parser
 
 
@@ -199,6 +213,8 @@ def _setup(args: argparse.Namespace) -> None:
         os.environ["CHUNKSEL_CACHE"] = args.cache
     if args.quiet:
         os.environ["TQDM_DISABLE"] = "1"
+    if args.label:
+        os.environ["CHUNKSEL_LABEL"] = args.label
     from chunksel.config import set_threads
 
     set_threads(args.threads)
@@ -432,6 +448,32 @@ def _run(args: argparse.Namespace) -> int:
         ins = ", ".join(f"{i.name} {i.shape}" for i in runner.session.get_inputs())
         print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, {args.quantize}); inputs: {ins}; "
               f"outputs: scores ['n', {runner.layout.k}], prototype ['n', {runner.layout.d_e}]")
+        return 0
+    if args.command == "label":  # LLM-judge labels (labels/judge.py)
+        from chunksel.errors import ConfigError
+        from chunksel.llm.backends import get_backend
+
+        if args.judge == "local":
+            backend = get_backend("local", model_path=args.model, batch_size=args.batch_size)
+        elif args.judge.startswith(("http://", "https://")):
+            if not args.model:
+                raise ConfigError("--judge URL needs --model NAME (the server's model name)")
+            backend = get_backend("openai", base_url=args.judge, model=args.model)
+        else:
+            raise ConfigError(f"--judge must be 'local' or an http(s):// base URL, got {args.judge!r}")
+        from chunksel.build import build_instances
+        from chunksel.labels.judge import label_instances, write_sidecar
+
+        os.environ.pop("CHUNKSEL_LABEL", None)  # the labels are being made: no spec to apply yet
+        built = build_instances(args.dataset, k=args.k, index=args.index, limit=args.limit, seed=args.seed,
+                                progress=progress)
+        res = label_instances(built.instances, backend, batch_size=args.batch_size, progress=progress)
+        path = write_sidecar(built.path, res)
+        st = res.stats
+        rate = f", {res.pairs_per_second:.2f} pairs/s" if st["misses"] else ""
+        print(f"{args.dataset}: {len(res.rows)} pairs judged by {res.judge} ({st['misses']} new, {st['hits']} cached"
+              f"{rate}); positive {sum(r.label for r in res.rows)}, unparsed {len(res.failures)}")
+        print(f"labels: {path} (use --label semantic)")
         return 0
     raise ChunkselError(f"unknown command {args.command!r}")
 

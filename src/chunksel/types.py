@@ -1,7 +1,8 @@
 """Core records: Question, Candidate, Instance, Selection (no torch).
 
 A candidate's ``labels`` keep every label source apart (``containment``, ``gold``,
-``qrels``, ``human``, ``given``, ``judge``); a value >= 1 is positive. A label *spec*
+``qrels``, ``human``, ``given``, and the LLM judge's ``semantic`` / ``semantic@<judge>``,
+see :mod:`chunksel.labels.judge`); a value >= 1 is positive. A label *spec*
 names one source or several joined by ``|`` (positive if any is), e.g.
 ``"containment|gold"``. Candidates of an instance are kept in retrieval order, so a
 candidate's column in a score matrix is its retrieval rank.

@@ -5,6 +5,9 @@ The sidecar holds the candidates' L2-normalised retriever embeddings as a float3
 embeddings E travel with the instances without bloating the JSON; a second sidecar,
 ``question_embeddings.npy`` ``(N, d)``, holds the questions' own retriever embeddings
 (written when every question has one).
+
+Label sources computed later by an LLM judge (``semantic``) live in sidecar files beside
+the stores (:mod:`chunksel.data.label_sidecars`); :func:`load_instances` attaches them.
 """
 
 from __future__ import annotations
@@ -64,7 +67,8 @@ def save_instances(path: str | Path, instances: Sequence[Instance], meta: dict |
 
 
 def load_instances(path: str | Path, split: str | None = None) -> list[Instance]:
-    """Read instances written by :func:`save_instances`, embeddings attached."""
+    """Read instances written by :func:`save_instances`, embeddings and the judge's
+    sidecar labels (:func:`chunksel.data.label_sidecars.attach_sidecar_labels`) attached."""
     path = Path(path)
     file = path / INSTANCES
     if not file.is_file():
@@ -85,6 +89,9 @@ def load_instances(path: str | Path, split: str | None = None) -> list[Instance]
             raise DataError(f"{q_file}: {q.shape[0]} rows for {len(instances)} instances")
         for n, inst in enumerate(instances):
             inst.question.embedding = q[n]
+    from chunksel.data.label_sidecars import attach_sidecar_labels
+
+    attach_sidecar_labels(instances, path)
     if split is not None:
         instances = [i for i in instances if i.split == split]
     return instances

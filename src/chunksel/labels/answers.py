@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from chunksel.errors import require
+from chunksel.errors import DataError, require
 
 #: a compact English stopword list (function words; articles are already gone)
 STOPWORDS = frozenset(
@@ -56,9 +56,11 @@ _PUNCT = set(string.punctuation)
 
 
 def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
-    return " ".join(_ARTICLES.sub(" ", text).split())
+    """SQuAD's answer normalisation: lower case, no punctuation, no articles, single spaces."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in _PUNCT)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
 
 
 def relaxed_tokens(text: str) -> list[str]:
@@ -66,16 +68,6 @@ def relaxed_tokens(text: str) -> list[str]:
     toks = normalize_answer(text).split()
     kept = [t for t in toks if t not in STOPWORDS]
     return kept or toks
-
-
-def _f1(pred: list[str], ref: list[str]) -> float:
-    if not pred or not ref:
-        return float(pred == ref)
-    common = sum((Counter(pred) & Counter(ref)).values())
-    if common == 0:
-        return 0.0
-    p, r = common / len(pred), common / len(ref)
-    return 2 * p * r / (p + r)
 
 
 def relaxed_f1(prediction: str, answers: Sequence[str]) -> float:
@@ -89,10 +81,73 @@ def relaxed_f1(prediction: str, answers: Sequence[str]) -> float:
     return max((_f1(pred, relaxed_tokens(a)) for a in answers), default=0.0)
 
 
-def exact_match(prediction: str, answers: Sequence[str]) -> float:
-    """1.0 if the SQuAD-normalised prediction equals a normalised answer, else 0.0."""
-    p = normalize_answer(prediction)
-    return float(any(p == normalize_answer(a) for a in answers))
+def _f1(pred_tokens: list[str], ref_tokens: list[str]) -> float:
+    if not pred_tokens or not ref_tokens:
+        return float(pred_tokens == ref_tokens)
+    common = Counter(pred_tokens) & Counter(ref_tokens)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    p, r = same / len(pred_tokens), same / len(ref_tokens)
+    return 2 * p * r / (p + r)
+
+
+def _compile(pattern: str) -> re.Pattern[str] | None:
+    try:
+        return re.compile(pattern, flags=re.IGNORECASE | re.UNICODE | re.MULTILINE)
+    except re.error:
+        return None
+
+
+def exact_match(prediction: str, answers: Sequence[str], answer_type: str = "string") -> float:
+    """1.0 if the prediction matches any alias (see the module docstring), else 0.0.
+
+    Args:
+        prediction: the generated answer.
+        answers: the reference aliases, or regex patterns for ``answer_type="regex"``.
+        answer_type: ``"string"`` or ``"regex"``.
+    """
+    if answer_type == "regex":
+        for a in answers:
+            pat = _compile(a)
+            if pat is not None and pat.match(prediction.strip()):
+                return 1.0
+        return 0.0
+    if answer_type != "string":
+        raise DataError(f"unknown answer_type {answer_type!r}; known: string, regex")
+    norm = normalize_answer(prediction)
+    return float(any(norm == normalize_answer(a) for a in answers))
+
+
+def token_f1(prediction: str, answers: Sequence[str], answer_type: str = "string") -> float:
+    """SQuAD token F1, max over the aliases (regex: against the span a pattern finds)."""
+    pred = normalize_answer(prediction).split()
+    if answer_type == "regex":
+        best = 0.0
+        for a in answers:
+            pat = _compile(a)
+            m = pat.search(prediction) if pat is not None else None
+            if m is not None:
+                best = max(best, _f1(pred, normalize_answer(m.group(0)).split()))
+        return best
+    if answer_type != "string":
+        raise DataError(f"unknown answer_type {answer_type!r}; known: string, regex")
+    return max((_f1(pred, normalize_answer(a).split()) for a in answers), default=0.0)
+
+
+def answer_accuracy(prediction: str, answers: Sequence[str], answer_type: str = "string") -> float:
+    """1.0 if a normalised alias occurs as a token sequence in the normalised prediction
+    (regex: a pattern is found anywhere), else 0.0."""
+    if answer_type == "regex":
+        return float(any((pat := _compile(a)) is not None and pat.search(prediction) for a in answers))
+    if answer_type != "string":
+        raise DataError(f"unknown answer_type {answer_type!r}; known: string, regex")
+    pred = normalize_answer(prediction).split()
+    for a in answers:
+        ref = normalize_answer(a).split()
+        if ref and any(pred[i:i + len(ref)] == ref for i in range(len(pred) - len(ref) + 1)):
+            return 1.0
+    return 0.0
 
 
 def answer_overlap(passage: str, answers: Sequence[str]) -> float:

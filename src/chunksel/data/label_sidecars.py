@@ -1,0 +1,172 @@
+"""Judge labels persisted beside the instance stores, and read back onto instances.
+
+``chunksel label`` (:mod:`chunksel.labels.judge`) writes one sidecar per judge,
+``<cache>/instances/<dataset>/labels/semantic@<judge>.jsonl`` (a :class:`JudgeRow` per
+line); :func:`attach_sidecar_labels` puts them back on loaded instances as the label
+sources ``semantic@<judge>`` and ``semantic``. Plain file I/O on records, so it sits in
+the data layer, below the judge that writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chunksel.errors import DataError
+from chunksel.types import Candidate, Instance
+
+SOURCE = "semantic"
+#: folder of the sidecar label files, beside a dataset's instance stores
+LABELS_DIR = "labels"
+
+_SIDE_RE = re.compile(rf"^{SOURCE}@(?P<judge>.+)\.jsonl$")
+
+
+@dataclass
+class JudgeRow:
+    """One judged pair, as stored in the sidecar.
+
+    Attributes:
+        question_id: the question's id.
+        candidate_id: the candidate's id.
+        label: 1 (``Yes``) or 0 (``No``, or an unparsed output).
+        p_yes: the Yes probability over Yes/No, ``None`` when parsed from text.
+        parsed: false when the output named neither option.
+        reason: why it could not be parsed (``None`` when it could).
+        text: the raw output (empty for log-probability scoring).
+    """
+
+    question_id: str
+    candidate_id: str
+    label: int
+    p_yes: float | None
+    parsed: bool = True
+    reason: str | None = None
+    text: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"question_id": self.question_id, "candidate_id": self.candidate_id,
+                "label": self.label, "p_yes": self.p_yes, "parsed": self.parsed,
+                "reason": self.reason, "text": self.text}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> JudgeRow:
+        p = d.get("p_yes")
+        return cls(str(d["question_id"]), str(d["candidate_id"]), int(d["label"]),
+                   None if p is None else float(p), bool(d.get("parsed", True)),
+                   d.get("reason"), d.get("text", ""))
+
+
+def _apply(cand: Candidate, row: JudgeRow, key: str, judge: str, plain: bool) -> None:
+    cand.labels[f"{SOURCE}@{key}"] = row.label
+    if not plain:
+        return
+    cand.labels[SOURCE] = row.label
+    cand.meta["semantic_p_yes"] = row.p_yes
+    cand.meta["semantic_judge"] = judge
+    if row.parsed:
+        cand.meta.pop("semantic_unparsed", None)
+    else:
+        cand.meta["semantic_unparsed"] = row.reason or "unparsed"
+
+
+def labels_dir(store: str | os.PathLike) -> Path:
+    """The sidecar folder of an instance store: ``<store>/../labels`` (shared by every
+    store of the dataset)."""
+    return Path(store).parent / LABELS_DIR
+
+
+def read_sidecar(path: str | os.PathLike) -> list[JudgeRow]:
+    """The rows of one sidecar file.
+
+    Raises:
+        DataError: a malformed line (the file's path and line are named).
+    """
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(JudgeRow.from_dict(json.loads(line)))
+            except (ValueError, KeyError, TypeError) as err:
+                raise DataError(f"{path}:{n}: not a judge label row ({err})") from None
+    return out
+
+
+def sidecar_files(folders: Iterable[str | os.PathLike]) -> list[tuple[str, Path]]:
+    """``(judge key, path)`` of every sidecar in ``folders``, oldest written first."""
+    found: dict[str, Path] = {}
+    for folder in folders:
+        folder = Path(folder)
+        if not folder.is_dir():
+            continue
+        for p in folder.iterdir():
+            m = _SIDE_RE.match(p.name)
+            if m and p.is_file():
+                found.setdefault(m.group("judge"), p)
+    return sorted(found.items(), key=lambda kv: (kv[1].stat().st_mtime, kv[0]))
+
+
+_warned_several: set[str] = set()
+
+
+def attach_sidecar_labels(
+    instances: Sequence[Instance], store: str | os.PathLike, judge: str | None = None
+) -> list[str]:
+    """Put the judge labels persisted beside ``store`` back on ``instances`` (in place).
+
+    Each judge's rows become the source ``semantic@<judge key>``; the plain ``semantic``
+    (with ``meta["semantic_p_yes"]``) comes from ``judge`` when given, else the only
+    judge, else the most recently written sidecar (a warning names it). Pairs the judge
+    never saw get no label (see :func:`missing_labels`).
+
+    Args:
+        instances: instances of the store's dataset.
+        store: the instance store directory (its sidecar folder is ``store/../labels``;
+            ``store/labels`` is read too, for stores saved outside the cache).
+        judge: a judge key to use for the plain ``semantic`` source.
+
+    Returns:
+        The judge keys attached, the plain one last.
+
+    Raises:
+        DataError: ``judge`` names no sidecar, or a sidecar is malformed.
+    """
+    store = Path(store)
+    files = sidecar_files([labels_dir(store), store / LABELS_DIR])
+    if not files:
+        if judge is not None:
+            raise DataError(f"no judge labels beside {store}: run `chunksel label` first")
+        return []
+    keys = [k for k, _ in files]
+    if judge is not None and judge not in keys:
+        raise DataError(f"no labels of judge {judge!r} beside {store}; found: {', '.join(keys)}")
+    plain = judge or keys[-1]
+    if judge is None and len(keys) > 1 and str(store) not in _warned_several:
+        _warned_several.add(str(store))
+        warnings.warn(
+            f"{len(keys)} judges labelled this dataset ({', '.join(keys)}); 'semantic' is the "
+            f"latest, {plain!r}: use 'semantic@<judge>' to pick another",
+            stacklevel=2,
+        )
+    index = {(inst.question.id, c.id): c for inst in instances for c in inst.candidates}
+    for key, path in sorted(files, key=lambda kv: kv[0] == plain):  # the plain judge last
+        meta_path = path.with_name(path.stem + ".meta.json")
+        name = json.loads(meta_path.read_text()).get("judge", key) if meta_path.is_file() else key
+        for r in read_sidecar(path):
+            cand = index.get((r.question_id, r.candidate_id))
+            if cand is not None:
+                _apply(cand, r, key, name, plain=key == plain)
+    return [k for k in keys if k != plain] + [plain]
+
+
+def missing_labels(instances: Sequence[Instance], source: str = SOURCE) -> int:
+    """Instances with at least one candidate that has no ``source`` label."""
+    return sum(any(source not in c.labels for c in inst.candidates) for inst in instances)

@@ -30,10 +30,10 @@ lint: install
 	$(BIN)/ruff check src tests benchmarks
 
 bench: install models
-	$(BIN)/chunksel bench --profile quick
+	$(BIN)/chunksel bench --profile quick --threads 1
 
 bench-full: install models
-	$(BIN)/chunksel bench --profile full --out reports/full
+	$(BIN)/chunksel bench --profile full --threads 1 --out reports/full
 
 bench-large: install models
-	$(BIN)/chunksel bench --profile large --out reports/large
+	$(BIN)/chunksel bench --profile large --threads 1 --out reports/large

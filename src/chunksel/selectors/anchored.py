@@ -46,6 +46,7 @@ import torch
 from chunksel.errors import ConfigError, DataError
 from chunksel.nn.anchored import AnchoredScorer
 from chunksel.selectors.base import QuestionFeatures, Selector
+from chunksel.selectors.embedding_arrays import embedding_arrays
 from chunksel.training.anchored import AnchoredTrainConfig, train_anchored
 from chunksel.training.trainer import StandardScaler
 from chunksel.types import Instance
@@ -163,41 +164,8 @@ class AnchoredPrototypeSelector(Selector):
         )
 
     def _embeddings(self, batch: Sequence[Instance]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``q`` (B, d), ``e`` (B, K, d) (zeros at padding) and the (B, K) real mask."""
-        d = getattr(self, "emb_dim_", None)
-        for inst in batch:
-            for c in inst.candidates[: self.k]:
-                if c.embedding is None:
-                    raise DataError(f"instance {inst.id!r}: candidate {c.id!r} has no embedding")
-                if d is None:
-                    d = int(c.embedding.shape[-1])
-        if d is None:
-            raise DataError("no candidate has an embedding: the anchored selector needs E")
-        missing = [inst for inst in batch if inst.question.embedding is None]
-        if missing:
-            from chunksel.retrieval.encoder import Encoder
-
-            vecs = Encoder().encode_questions([i.question for i in missing], progress=False)
-            for inst, v in zip(missing, vecs, strict=True):
-                inst.question.embedding = np.asarray(v, dtype=np.float32)
-        q = np.zeros((len(batch), d), dtype=np.float32)
-        e = np.zeros((len(batch), self.k, d), dtype=np.float32)
-        m = np.zeros((len(batch), self.k), dtype=bool)
-        for i, inst in enumerate(batch):
-            qv = np.asarray(inst.question.embedding, dtype=np.float32)
-            if qv.shape[-1] != d:
-                raise DataError(
-                    f"instance {inst.id!r}: question embedding dimension {qv.shape[-1]} != {d} "
-                    f"(the candidates' / the selector's)"
-                )
-            q[i] = qv
-            for j, c in enumerate(inst.candidates[: self.k]):
-                if c.embedding.shape[-1] != d:
-                    raise DataError(
-                        f"instance {inst.id!r}: candidate embedding dimension {c.embedding.shape[-1]} != {d}"
-                    )
-                e[i, j] = c.embedding
-                m[i, j] = True
+        """Unit ``q`` (B, d), unit ``e`` (B, K, d) (zeros at padding) and the (B, K) real mask."""
+        q, e, m = embedding_arrays(batch, self.k, getattr(self, "emb_dim_", None), "the anchored selector")
         return _unit(q), _unit(e), m
 
     def _phi(self, batch: Sequence[Instance], q: np.ndarray, e: np.ndarray, m: np.ndarray) -> np.ndarray:

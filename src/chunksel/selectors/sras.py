@@ -32,6 +32,7 @@ import torch
 from chunksel.errors import ChunkselError, ConfigError, DataError, MissingExtraError
 from chunksel.nn.sras import SRASScorer
 from chunksel.selectors.base import QuestionFeatures, Selector
+from chunksel.selectors.embedding_arrays import embedding_arrays
 from chunksel.training.ppo import PPOConfig
 from chunksel.training.rewards import RewardFn
 from chunksel.training.sras import SRASData, SRASTrainConfig, train_sras
@@ -213,36 +214,10 @@ class SRASSelector(Selector):
     # ------------------------------------------------------------------ arrays
     def _arrays(self, batch: Sequence[Instance], labels: bool) -> tuple[np.ndarray, ...]:
         """``q`` (B, d), ``e`` (B, K, d) (zeros at padding), mask (B, K) and labels (B, K)."""
-        d = getattr(self, "emb_dim_", None)
-        for inst in batch:
-            for c in inst.candidates[: self.k]:
-                if c.embedding is None:
-                    raise DataError(f"instance {inst.id!r}: candidate {c.id!r} has no embedding (SRAS needs E)")
-                d = d or int(c.embedding.shape[-1])
-        if d is None:
-            raise DataError("no candidate has an embedding: SRAS scores frozen chunk embeddings")
-        missing = [inst for inst in batch if inst.question.embedding is None]
-        if missing:
-            from chunksel.retrieval.encoder import Encoder
-
-            vecs = Encoder().encode_questions([i.question for i in missing], progress=False)
-            for inst, v in zip(missing, vecs, strict=True):
-                inst.question.embedding = np.asarray(v, dtype=np.float32)
-        q = np.zeros((len(batch), d), dtype=np.float32)
-        e = np.zeros((len(batch), self.k, d), dtype=np.float32)
-        m = np.zeros((len(batch), self.k), dtype=bool)
+        q, e, m = embedding_arrays(batch, self.k, getattr(self, "emb_dim_", None), "SRAS")
         y = np.zeros((len(batch), self.k), dtype=np.int8)
-        for i, inst in enumerate(batch):
-            qv = np.asarray(inst.question.embedding, dtype=np.float32).reshape(-1)
-            if qv.shape[0] != d:
-                raise DataError(f"instance {inst.id!r}: question embedding dimension {qv.shape[0]} != {d}")
-            q[i] = qv
-            for j, c in enumerate(inst.candidates[: self.k]):
-                if c.embedding.shape[-1] != d:
-                    raise DataError(f"instance {inst.id!r}: candidate embedding dimension {c.embedding.shape[-1]} != {d}")
-                e[i, j] = c.embedding
-                m[i, j] = True
-            if labels:
+        if labels:
+            for i, inst in enumerate(batch):
                 lab = inst.labels(self.label)[: self.k]
                 y[i, : len(lab)] = lab
         return q, e, m, y

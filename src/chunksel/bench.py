@@ -20,7 +20,15 @@ Stages, each printing its progress and each reusing the caches below it:
    the per-instance hit rate averaged over seeds; exact McNemar on the seeds' majority);
 7. **learning curves** (profiles that ask for them): test rank-1 against the number of
    usable training instances;
-8. ``report.md``, ``results.json`` and the plots (:mod:`chunksel.eval.report`).
+8. **Table 4** (profiles that ask for it): the generator's answers from each Table 1
+   selector's pick (first seed) on a stated sample of test questions, beside no context
+   and all top-K (:func:`chunksel.eval.answers.answer_table`, KV reuse, cached answers);
+9. ``report.md``, ``results.json`` and the plots (:mod:`chunksel.eval.report`), from one
+   typed :class:`~chunksel.eval.results.BenchResults`.
+
+Rows come from the selector registry: every registered selector whose role is a
+baseline, a reference, the flagship or the reproduction is in the default study, in the
+registry's order (LLM selectors, which cost seconds per query, are named explicitly).
 
 Every fit + evaluation is memoised under ``<cache>/bench/`` (key: selector settings,
 seed, the exact instances, the question features and a hash of the package's code), so a
@@ -46,13 +54,22 @@ import numpy as np
 
 from chunksel.config import json_default
 from chunksel.errors import ConfigError
+from chunksel.eval.results import (
+    BenchResults,
+    BudgetRow,
+    Cell,
+    Comparison,
+    GeneratorAblation,
+    LearningCurve,
+    PooledRow,
+    Table1Row,
+    Variant,
+)
 
 #: Table 1's dataset order: the paper's three first
 DATASETS: tuple[str, ...] = ("triviaqa", "popqa", "msmarco", "nq", "squad2", "hotpotqa")
-SELECTORS: tuple[str, ...] = (
-    "retrieval", "random", "oracle", "bm25", "ranksvm", "lambdamart", "knrm", "drmm", "duet", "sras",
-    "prototype", "anchored",
-)
+#: the roles of the selectors a study runs by default (see :func:`default_selectors`)
+DEFAULT_ROLES: tuple[str, ...] = ("baseline", "reference", "reproduction", "flagship")
 #: SRAS's PPO rewards come from generated answers (about a second each on two cores): the
 #: profiles run a reduced, stated PPO budget on top of its supervised warm-up
 SRAS_QUICK = {"ppo_epochs": 1, "max_questions": 16}
@@ -92,6 +109,8 @@ class Profile:
         curve_datasets: datasets of the learning curves (empty: none).
         curve_sizes: usable training instances per curve point (None: all).
         curve_selectors: the selectors on the learning curves.
+        answer_datasets: datasets of Table 4 (answers; empty: no Table 4).
+        answer_sample: test questions per Table 4 dataset (a deterministic sample).
         overrides: selector name -> settings replacing its defaults (e.g. small models
             in tests).
     """
@@ -106,19 +125,39 @@ class Profile:
     curve_datasets: tuple[str, ...] = ()
     curve_sizes: tuple[int | None, ...] = ()
     curve_selectors: tuple[str, ...] = (REPRODUCTION, FLAGSHIP, "lambdamart")
+    answer_datasets: tuple[str, ...] = ()
+    answer_sample: int | None = None
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 PROFILES = {
     "quick": Profile("quick", limit=500, seeds=(0,), budgets=(10, 20, 30, 40, 50, 60, 70, 80, 90, 100),
-                     latency_queries=50, overrides={"sras": SRAS_QUICK}),
+                     latency_queries=50, overrides={"sras": SRAS_QUICK},
+                    answer_datasets=("triviaqa", "nq"), answer_sample=10),
     "full": Profile("full", limit=3000, seeds=(0, 1, 2), budgets=(10, 30, 50, 70, 100),
                     ablation_seeds=(0, 1, 2), curve_datasets=("triviaqa", "nq"),
-                    curve_sizes=(250, 500, 1000, None), overrides={"sras": SRAS_FULL}),
+                    curve_sizes=(250, 500, 1000, None), overrides={"sras": SRAS_FULL},
+                    answer_datasets=DATASETS, answer_sample=100),
     "large": Profile("large", limit=None, seeds=(0, 1, 2), budgets=(), ablation_seeds=(),
                      curve_datasets=("triviaqa", "nq"), curve_sizes=(500, 1000, 2000, 4000, None),
-                     overrides={"sras": SRAS_FULL}),
+                     overrides={"sras": SRAS_FULL}, answer_datasets=DATASETS, answer_sample=100),
 }
+
+
+def default_selectors() -> list[str]:
+    """Registered selectors whose role is in :data:`DEFAULT_ROLES`, in registry order
+    (a selector whose extra is not installed is left out)."""
+    from chunksel.errors import MissingExtraError
+    from chunksel.selectors.base import REGISTRY, get_selector_class
+
+    out = []
+    for name in REGISTRY:
+        try:
+            if get_selector_class(name).role in DEFAULT_ROLES:
+                out.append(name)
+        except (MissingExtraError, ImportError):
+            continue
+    return out
 
 
 def _say(msg: str) -> None:
@@ -145,9 +184,10 @@ def _make(name: str, seed: int, progress: bool, prof: Profile, **extra: Any):
     return cls(**params)
 
 
-def _eval(selector, batch, features) -> tuple[dict, np.ndarray, np.ndarray]:
-    """Metrics (fractions), per-instance rank-1 hits and the answerable mask."""
-    from chunksel.eval.metrics import evaluate, per_instance_hits, subset_mask
+def _eval(selector, batch, features, picks: bool = False) -> tuple:
+    """Metrics (fractions), per-instance rank-1 hits and the answerable mask (and, with
+    ``picks``, each instance's top-ranked candidate index)."""
+    from chunksel.eval.metrics import evaluate, per_instance_hits, rank_matrix, subset_mask
     from chunksel.types import candidate_mask, label_matrix
 
     scores = selector.score(batch, features)
@@ -156,7 +196,11 @@ def _eval(selector, batch, features) -> tuple[dict, np.ndarray, np.ndarray]:
     mask = candidate_mask(batch, k=k)
     hits = per_instance_hits(scores, labels, mask)
     answerable = subset_mask(labels, mask, "answerable")
-    return evaluate(scores, labels, mask), hits, answerable
+    out = (evaluate(scores, labels, mask), hits, answerable)
+    if picks:
+        top = rank_matrix(scores, mask)[:, 0] if k else np.zeros(len(batch), dtype=int)
+        out += (top.astype(int),)
+    return out
 
 
 def _cost(selector, batch, features, n: int) -> dict:
@@ -287,7 +331,7 @@ def run_bench(
         raise ConfigError(f"unknown profile {profile!r}; use {', '.join(PROFILES)}")
     prof = PROFILES[profile]
     datasets = list(datasets or DATASETS)
-    selectors = list(selectors or SELECTORS)
+    selectors = list(selectors or default_selectors())
     for name in selectors:
         get_selector_class(name)  # fail early on unknown names / missing extras
     out_dir = Path(out) if out else Path("reports") / profile
@@ -356,39 +400,37 @@ def run_study(
     timings = timings if timings is not None else {}
     t_start = t_start or time.time()
     study = _Study(instances, list(selectors), prof, features, seed, progress, reuse, timings)
-    table1 = study.table1()
     from chunksel.selectors import get_selector_class
 
+    table1 = study.table1()
     baselines = [n for n in selectors if get_selector_class(n).role == "baseline"]
-    strongest = study.strongest(baselines)
-    results = {
-        "title": f"chunksel benchmark ({prof.name} profile)",
-        "config": {"profile": asdict(prof), "datasets": study.datasets, "selectors": list(selectors), "seed": seed,
-                   "generator": extra_config.get("generator"),
-                   "instances": extra_config.get("instances"),
-                   "feature_dims": getattr(features, "dims", None),
-                   "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}},
-        "git_commit": _git_commit(),
-        "data_checksums": extra_config.get("data_checksums", {}),
-        "datasets": study.datasets,
-        "flagship": FLAGSHIP if FLAGSHIP in selectors else None,
-        "strongest_baseline": strongest,
-        "strongest_baseline_by": "validation rank-1 accuracy (mean over datasets and seeds)",
-        "strongest_per_dataset": {ds: study.strongest(baselines, ds) for ds in study.datasets},
-        "instance_stats": extra_config.get("instance_stats", {}),
-        "table1": table1,
-        "table2": study.table2() if REPRODUCTION in selectors else {},
-        "table3": study.table3() if REPRODUCTION in selectors else {},
-        "generator_ablation": study.generator_ablation() if FLAGSHIP in selectors else {},
-        "pooled": study.pooled(baselines),
-        "significance": study.significance(baselines),
-        "learning_curve": study.learning_curves(),
-        "extra_metrics": study.extra,
-        "timings_s": timings,
-        "reused_results": 0,
-    }
-    results["timings_s"] = {**timings, "total": time.time() - t_start}
-    results["reused_results"] = study.memo.hits
+    results = BenchResults(
+        title=f"chunksel benchmark ({prof.name} profile)",
+        config={"profile": asdict(prof), "datasets": study.datasets, "selectors": list(selectors), "seed": seed,
+                "generator": extra_config.get("generator"),
+                "instances": extra_config.get("instances"),
+                "feature_dims": getattr(features, "dims", None),
+                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}},
+        git_commit=_git_commit(),
+        data_checksums=extra_config.get("data_checksums", {}),
+        datasets=study.datasets,
+        flagship=FLAGSHIP if FLAGSHIP in selectors else None,
+        strongest_baseline=study.strongest(baselines),
+        strongest_baseline_by="validation rank-1 accuracy (mean over datasets and seeds)",
+        strongest_per_dataset={ds: study.strongest(baselines, ds) for ds in study.datasets},
+        instance_stats=extra_config.get("instance_stats", {}),
+        table1=table1,
+        table2=study.table2() if REPRODUCTION in selectors else {},
+        table3=study.table3() if REPRODUCTION in selectors else {},
+        generator_ablation=study.generator_ablation() if FLAGSHIP in selectors else None,
+        pooled=study.pooled(baselines),
+        significance=study.significance(baselines),
+        learning_curve=study.learning_curves(),
+        answers=study.answers(),
+        extra_metrics=study.extra,
+    )
+    results.timings_s = {**timings, "total": time.time() - t_start}
+    results.reused_results = study.memo.hits
     path = write_report(results, out_dir)
     print()
     print(format_table1(results))
@@ -432,10 +474,12 @@ class _Study:
         }
         #: name -> dataset -> per-seed test hits (answerable instances only) / val accuracies
         self.hits: dict[str, dict[str, list[np.ndarray]]] = {}
+        #: name -> dataset -> the first seed's top-ranked candidate per test instance
+        self.picks: dict[str, dict[str, list[int]]] = {}
         self.val_acc: dict[str, dict[str, list[float]]] = {}
         self.answerable: dict[str, np.ndarray] = {}
         self.extra: dict[str, Any] = {}
-        self.t1: dict[str, Any] = {}
+        self.t1: dict[str, Table1Row] = {}
 
     # ---------------------------------------------------------------- one fit
     def fit_eval(self, name: str, s: int, ds: str, stage: str = "table1", want_cost: bool = False,
@@ -448,22 +492,22 @@ class _Study:
             sel = _make(name, s, self.progress, self.prof, **extra)
             sp = self.splits[ds]
             sel.fit(sp["train"], self.features, sp["val"])
-            metrics, h, ans = _eval(sel, sp["test"], self.features)
+            metrics, h, ans, picks = _eval(sel, sp["test"], self.features, picks=True)
             val = _eval(sel, sp["val"], self.features)[0]["accuracy"] if sp["val"] else None
             cost = _cost(sel, sp["test"], self.features, self.prof.latency_queries) if want_cost else None
             res = self.memo.put(key, {"metrics": metrics, "hits": h, "answerable": ans, "cost": cost,
-                                      "val_accuracy": val})
+                                      "val_accuracy": val, "picks": picks})
         return res
 
     # ----------------------------------------------------------------- Table 1
-    def table1(self) -> dict[str, Any]:
+    def table1(self) -> dict[str, Table1Row]:
         from chunksel.eval.report import metrics_to_percent
         from chunksel.selectors import get_selector_class
 
         for name in self.selectors:
             cls = get_selector_class(name)
             seeds = self.prof.seeds if cls.requires_fit else (self.seed,)
-            row: dict[str, Any] = {"per_dataset": {}}
+            row = Table1Row()
             for ds in self.datasets:
                 t0 = time.time()
                 accs, vals = [], []
@@ -477,15 +521,16 @@ class _Study:
                     self.answerable[ds] = ans
                     self.hits.setdefault(name, {}).setdefault(ds, []).append(np.asarray(res["hits"], dtype=bool)[ans])
                     if s == seeds[0]:
+                        self.picks.setdefault(name, {})[ds] = [int(j) for j in res["picks"]]
                         self.extra.setdefault(name, {})[ds] = {
                             key: v for key, v in metrics_to_percent(metrics).items()
                             if key not in ("n", "answerable", "contested")
                         }
                         if want_cost:
-                            row.update(res["cost"])
+                            row.set_cost(res["cost"])
                 self.val_acc.setdefault(name, {})[ds] = [v for v in vals if v is not None]
-                row["per_dataset"][ds] = {"seeds": accs, "n": int(metrics["answerable"]),
-                                          "val_seeds": [v for v in vals if v is not None]}
+                row.per_dataset[ds] = Cell.of(accs, n=int(metrics["answerable"]),
+                                              val_seeds=[v for v in vals if v is not None])
                 self.timings[f"table1:{name}:{ds}"] = time.time() - t0
                 _say(f"table 1: {name:<10} {ds:<9} {np.mean(accs):6.2f}%  ({time.time() - t0:.1f}s)")
             self.t1[name] = row
@@ -503,9 +548,9 @@ class _Study:
         return max(names, key=score) if names else None
 
     # ----------------------------------------------------- Tables 2 and 3
-    def table2(self) -> dict[str, Any]:
+    def table2(self) -> dict[str, dict[str, Cell]]:
         """The paper prototype's feature-block ablations, mean over the ablation seeds."""
-        table2: dict[str, Any] = {}
+        table2: dict[str, dict[str, Cell]] = {}
         if not self.prof.ablation_seeds:
             return table2
         for label, blocks in ABLATIONS.items():
@@ -513,15 +558,15 @@ class _Study:
             for ds in self.datasets:
                 accs = [100.0 * self.fit_eval(REPRODUCTION, s, ds, stage="table2", blocks=list(blocks))
                         ["metrics"]["accuracy"] for s in self.prof.ablation_seeds]
-                table2[label][ds] = {"mean": float(np.mean(accs)), "seeds": accs}
-            _say(f"table 2: {label:<12} " + " ".join(f"{ds} {v['mean']:.2f}" for ds, v in table2[label].items()))
+                table2[label][ds] = Cell.of(accs)
+            _say(f"table 2: {label:<12} " + " ".join(f"{ds} {v.mean:.2f}" for ds, v in table2[label].items()))
         return table2
 
-    def table3(self) -> dict[str, Any]:
+    def table3(self) -> dict[str, BudgetRow]:
         """The paper prototype's feature-budget curve, mean over the ablation seeds."""
         from chunksel.eval.studies import run_budgets
 
-        table3: dict[str, Any] = {}
+        table3: dict[str, BudgetRow] = {}
         if not self.prof.ablation_seeds or not self.prof.budgets:
             return table3
         for ds in self.datasets:
@@ -541,28 +586,27 @@ class _Study:
                     ])
                 for p in points:
                     b = str(int(p["budget"]))
-                    table3.setdefault(b, {"dims": p["dims"], "per_dataset": {}})
+                    table3.setdefault(b, BudgetRow(dims=int(p["dims"])))
                     per_budget.setdefault(b, []).append(p["acc"])
             for b, accs in per_budget.items():
-                table3[b]["per_dataset"][ds] = {"mean": float(np.mean(accs)), "seeds": accs}
-            _say(f"table 3: {ds:<9} " + " ".join(
-                f"{b}%:{e['per_dataset'][ds]['mean']:.1f}" for b, e in table3.items()))
+                table3[b].per_dataset[ds] = Cell.of(accs)
+            _say(f"table 3: {ds:<9} " + " ".join(f"{b}%:{e.per_dataset[ds].mean:.1f}" for b, e in table3.items()))
         return table3
 
-    def generator_ablation(self) -> dict[str, Any]:
+    def generator_ablation(self) -> GeneratorAblation:
         """The flagship with and without h and r (Table 1's seeds), with paired intervals."""
         from chunksel.eval.report import significance_entry
         from chunksel.selectors import get_selector_class
 
         default = tuple(get_selector_class(FLAGSHIP)().blocks)
-        out: dict[str, Any] = {"variants": {}, "delta": {}}
+        out = GeneratorAblation()
         variant_hits: dict[str, dict[str, list[np.ndarray]]] = {}
         for label, blocks in GENERATOR_ABLATION.items():
-            out["variants"][label] = {"blocks": list(blocks), "per_dataset": {}}
+            out.variants[label] = Variant(blocks=list(blocks))
             for ds in self.datasets:
                 if tuple(blocks) == default and FLAGSHIP in self.hits:
                     hits = self.hits[FLAGSHIP][ds]
-                    accs = list(self.t1[FLAGSHIP]["per_dataset"][ds]["seeds"])
+                    accs = list(self.t1[FLAGSHIP].per_dataset[ds].seeds)
                 else:
                     hits, accs = [], []
                     for s in self.prof.seeds:
@@ -571,22 +615,22 @@ class _Study:
                         hits.append(np.asarray(res["hits"], dtype=bool)[ans])
                         accs.append(100.0 * res["metrics"]["accuracy"])
                 variant_hits.setdefault(label, {})[ds] = hits
-                out["variants"][label]["per_dataset"][ds] = {"mean": float(np.mean(accs)), "seeds": accs}
+                out.variants[label].per_dataset[ds] = Cell.of(accs)
             _say(f"generator ablation: {label:<13} " + " ".join(
-                f"{ds} {v['mean']:.2f}" for ds, v in out["variants"][label]["per_dataset"].items()))
+                f"{ds} {v.mean:.2f}" for ds, v in out.variants[label].per_dataset.items()))
         with_l, without_l = list(GENERATOR_ABLATION)
         for ds in self.datasets:
             a_rate, a_major = combine_hits(variant_hits[with_l][ds])
             b_rate, b_major = combine_hits(variant_hits[without_l][ds])
-            out["delta"][ds] = significance_entry(with_l, without_l, a_rate, b_rate, seed=self.seed,
-                                                  majority=(a_major, b_major))
+            out.delta[ds] = Comparison.from_json(significance_entry(
+                with_l, without_l, a_rate, b_rate, seed=self.seed, majority=(a_major, b_major)))
         return out
 
     # ------------------------------------------------------------------ pooled
-    def pooled(self, baselines: Sequence[str]) -> dict[str, Any]:
+    def pooled(self, baselines: Sequence[str]) -> dict[str, PooledRow]:
         from chunksel.selectors import get_selector_class
 
-        pooled: dict[str, Any] = {}
+        pooled: dict[str, PooledRow] = {}
         if len(self.datasets) < 2:
             return pooled
         trained = [n for n in baselines if get_selector_class(n).requires_fit]
@@ -604,20 +648,20 @@ class _Study:
                     ds: 100.0 * _eval(sel, self.splits[ds]["test"], self.features)[0]["accuracy"]
                     for ds in self.datasets
                 })
-            pooled[name] = {
-                "per_dataset": {ds: float(np.mean(self.t1[name]["per_dataset"][ds]["seeds"])) for ds in self.datasets},
-                "pooled": accs,
-            }
-            _say(f"pooled: {name} " + " ".join(f"{ds} {v:.2f}" for ds, v in pooled[name]["pooled"].items()))
+            pooled[name] = PooledRow(
+                per_dataset={ds: self.t1[name].per_dataset[ds].mean for ds in self.datasets},
+                pooled={ds: float(v) for ds, v in accs.items()},
+            )
+            _say(f"pooled: {name} " + " ".join(f"{ds} {v:.2f}" for ds, v in pooled[name].pooled.items()))
         return pooled
 
     # ------------------------------------------------------------ significance
-    def significance(self, baselines: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    def significance(self, baselines: Sequence[str]) -> dict[str, list[Comparison]]:
         """Per dataset: the flagship and the paper prototype against the dataset's strongest
         baseline (chosen on validation), and the flagship against retrieval order."""
         from chunksel.eval.report import significance_entry
 
-        out: dict[str, list[dict[str, Any]]] = {}
+        out: dict[str, list[Comparison]] = {}
         if not baselines:
             return out
         for ds in self.datasets:
@@ -629,13 +673,14 @@ class _Study:
             for a, b in pairs:
                 a_rate, a_major = combine_hits(self.hits[a][ds])
                 b_rate, b_major = combine_hits(self.hits[b][ds])
-                entries.append(significance_entry(a, b, a_rate, b_rate, seed=self.seed, majority=(a_major, b_major)))
+                entries.append(Comparison.from_json(
+                    significance_entry(a, b, a_rate, b_rate, seed=self.seed, majority=(a_major, b_major))))
             if entries:
                 out[ds] = entries
         return out
 
     # --------------------------------------------------------- learning curves
-    def learning_curves(self) -> dict[str, Any]:
+    def learning_curves(self) -> dict[str, LearningCurve]:
         """Test rank-1 against the number of usable (contested) training instances.
 
         A point of size n trains on the first n contested training instances in a fixed
@@ -644,17 +689,17 @@ class _Study:
         """
         import hashlib
 
-        out: dict[str, Any] = {}
+        out: dict[str, LearningCurve] = {}
         for ds in [d for d in self.prof.curve_datasets if d in self.datasets]:
             train = [i for i in self.splits[ds]["train"] if i.contested()]
             train.sort(key=lambda i: hashlib.sha256(f"curve:{i.id}".encode()).hexdigest())
             sizes = sorted({min(n, len(train)) if n else len(train) for n in self.prof.curve_sizes})
-            out[ds] = {"usable_train": len(train), "sizes": sizes, "per_selector": {}}
+            out[ds] = LearningCurve(usable_train=len(train), sizes=sizes)
             for name in [n for n in self.prof.curve_selectors if n in self.selectors]:
                 points = {}
                 for n in sizes:
                     if n == len(train) and name in self.t1:  # every usable instance: Table 1's fit
-                        points[str(n)] = self.t1[name]["per_dataset"][ds]["seeds"][0]
+                        points[str(n)] = self.t1[name].per_dataset[ds].seeds[0]
                         continue
                     subset = train[:n]
                     key = self.memo.key(stage="curve", data=self.split_fp[ds], size=n,
@@ -666,6 +711,31 @@ class _Study:
                         acc = self.memo.put(
                             key, 100.0 * _eval(sel, self.splits[ds]["test"], self.features)[0]["accuracy"])
                     points[str(n)] = acc
-                out[ds]["per_selector"][name] = points
+                out[ds].per_selector[name] = points
                 _say(f"learning curve: {ds:<9} {name:<10} " + " ".join(f"{n}:{a:.1f}" for n, a in points.items()))
+        return out
+
+    # ------------------------------------------------------------------ Table 4
+    def answers(self) -> dict[str, dict[str, Any]]:
+        """Answers generated from each Table 1 selector's pick (its first seed) on a
+        deterministic sample of each answer dataset's test questions, beside no context
+        and all top-K; generations are cached (a pair is generated once across selectors
+        and runs)."""
+        from chunksel.eval.answers import answer_table
+
+        out: dict[str, dict[str, Any]] = {}
+        dss = [d for d in self.prof.answer_datasets if d in self.datasets]
+        if not dss or not self.picks:
+            return out
+        for ds in dss:
+            t0 = time.time()
+            test = self.splits[ds]["test"]
+            picks = {name: [[j] for j in per[ds]] for name, per in self.picks.items() if ds in per}
+            table = answer_table(test, picks, sample=self.prof.answer_sample, references=("no_context", "top5"),
+                                 noreuse_pairs=20, seed=self.seed, progress=self.progress, keep_answers=False)
+            table["cache"].pop("path", None)  # machine-specific
+            out[ds] = table
+            self.timings[f"answers:{ds}"] = time.time() - t0
+            _say(f"table 4: {ds:<9} {table['questions']} questions, {table['cache']['pairs']} pairs "
+                 f"({table['cache']['generated']} generated, {time.time() - t0:.0f}s)")
         return out

@@ -93,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reuse", action="store_true",
                    help="retrain everything instead of reusing results memoised by an earlier run")
 
+    p = sub.add_parser("report", help="re-render report.md and the plots from a report folder's results.json")
+    _common(p)
+    p.add_argument("folder", help="a report folder (holding results.json)")
+    p.add_argument("--out", default=None, help="write into this folder instead (default: the same one)")
+
     p = sub.add_parser("select", help="select chunk(s) for a question with any saved selector")
     _common(p)
     p.add_argument("--model", required=True, help="a saved selector directory")
@@ -380,6 +385,14 @@ def _run(args: argparse.Namespace) -> int:
 
         run_bench(profile=args.profile, datasets=args.datasets, selectors=args.selectors,
                   out=args.out, seed=args.seed, progress=progress, reuse=not args.no_reuse)
+        return 0
+
+    if args.command == "report":
+        from chunksel.eval.output import write_report
+        from chunksel.eval.results import load_results
+
+        path = write_report(load_results(args.folder), args.out or args.folder)
+        print(f"wrote {path}")
         return 0
 
     if args.command == "select":

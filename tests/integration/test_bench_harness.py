@@ -27,7 +27,7 @@ def test_harness_end_to_end(tmp_path):
         f"{c.id}\t{c.text}\t{c.title}\ttoy\n" for insts in data.values() for i in insts for c in i.candidates))
     prof = Profile(
         "tiny", limit=40, seeds=(0, 1), budgets=(50, 100), latency_queries=3,
-        curve_datasets=("popqa",), curve_sizes=(4, None),
+        curve_datasets=("popqa",), curve_sizes=(4, None), answer_datasets=("popqa",), answer_sample=2,
         overrides={"prototype": {"hidden": 16, "max_epochs": 5, "patience": 2, "batch_size": 8},
                    "anchored": {"hidden": 8, "phi_hidden": 8, "max_epochs": 3, "batch_size": 8,
                                 "corpus": str(corpus)}},
@@ -57,10 +57,25 @@ def test_harness_end_to_end(tmp_path):
     pairs = [(e["a"], e["b"]) for e in results["significance"]["popqa"]]
     assert pairs == [("anchored", "retrieval"), ("prototype", "retrieval")]
     assert {"prototype", "anchored"} <= set(results["pooled"])
+    # Table 4: the real generator answers from each selector's pick on a 2-question sample
+    answers = results["answers"]["popqa"]
+    assert answers["questions"] == 2 and results["results_version"] == 2
+    assert set(answers["conditions"]) == {"no_context", "top5", "retrieval", "oracle", "prototype", "anchored"}
+    assert answers["conditions"]["top5"]["chunks"] == 5.0 and answers["conditions"]["anchored"]["chunks"] == 1.0
+    assert answers["conditions"]["no_context"]["prefill_tokens"] == 1.0
+    # picks that coincide share one generation: at most no-context + top-5 + 5 single chunks per question
+    assert answers["cache"]["pairs"] <= 2 * 7
     report = (out / "report.md").read_text()
     assert "Table 1" in report and "PopQA" in report and "Anchored prototype" in report
     assert "Learning curves" in report and "Does the generator help?" in report
+    assert "Table 4: answers generated" in report and "![answers](answer_f1_vs_prefill.png)" in report
     assert any(p.suffix == ".png" for p in out.iterdir())
+    # the report re-renders from results.json alone (typed results round trip)
+    from chunksel.eval.report import PLOT_FILES, render_markdown
+    from chunksel.eval.results import load_results
+
+    plots = {k: v for k, v in PLOT_FILES.items() if (out / v).exists()}
+    assert render_markdown(load_results(out), plots) == report
 
 
 def test_warm_rerun_reuses_memoised_results(tmp_path, monkeypatch):

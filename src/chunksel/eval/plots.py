@@ -7,30 +7,32 @@
   bootstrap 95% interval (``ci``) as error bar where given, else the std over seeds;
 - significance: per dataset, the difference A − B with its bootstrap interval.
 
-Every function takes the results dict of :mod:`chunksel.eval.report` and returns the
-written path, or ``None`` when the results hold nothing to draw.
+- answer F1 vs prefill tokens: per Table 4 dataset, one point per condition.
+
+Every function takes the typed results (:class:`~chunksel.eval.results.BenchResults`, or a
+dict in its JSON layout) and returns the written path, or ``None`` when the results hold
+nothing to draw.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from chunksel.errors import require
+from chunksel.eval.names import dataset_label, selector_label
 from chunksel.eval.report import (
     PLOT_FILES,
+    Results,
+    answer_condition_label,
     as_number,
     budget_value,
-    dataset_label,
-    report_datasets,
-    seed_stats,
-    selector_label,
     significance_rows,
     table1_average,
 )
+from chunksel.eval.results import as_results
 
 
 def _figure(width: float = 7.0, height: float = 4.5) -> Any:
@@ -49,17 +51,16 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def plot_accuracy_vs_latency(results: Mapping[str, Any], path: str | Path) -> Path | None:
+def plot_accuracy_vs_latency(results: Results, path: str | Path) -> Path | None:
     """Bubble chart of average accuracy against p50 latency (log x)."""
-    t1 = results.get("table1") or {}
-    datasets = report_datasets(results)
+    res = as_results(results)
     pts = []
-    for name, entry in t1.items():
-        lat = as_number(entry.get("p50_ms"))
-        avg, _, _ = table1_average(entry, datasets)
+    for name, row in res.table1.items():
+        lat = as_number(row.p50_ms)
+        avg, _, _ = table1_average(row, res.datasets)
         if lat is None or lat <= 0 or avg is None:
             continue
-        pts.append((name, lat, avg, as_number(entry.get("params")) or 0.0))
+        pts.append((name, lat, avg, as_number(row.params) or 0.0))
     if not pts:
         return None
     fig = _figure()
@@ -81,9 +82,10 @@ def plot_accuracy_vs_latency(results: Mapping[str, Any], path: str | Path) -> Pa
     return _save(fig, Path(path))
 
 
-def plot_accuracy_vs_budget(results: Mapping[str, Any], path: str | Path) -> Path | None:
+def plot_accuracy_vs_budget(results: Results, path: str | Path) -> Path | None:
     """One line per dataset (and the average) over the feature budgets of Table 3."""
-    t3 = results.get("table3") or {}
+    res = as_results(results)
+    t3 = res.table3
     if not t3:
         return None
     budgets = sorted(t3, key=budget_value)
@@ -91,10 +93,8 @@ def plot_accuracy_vs_budget(results: Mapping[str, Any], path: str | Path) -> Pat
     fig = _figure()
     ax = fig.add_subplot(1, 1, 1)
     rows = []
-    for d in report_datasets(results):
-        y = np.array(
-            [as_number((t3[b].get("per_dataset") or {}).get(d)) for b in budgets], dtype=float
-        )
+    for d in res.datasets:
+        y = np.array([as_number(t3[b].per_dataset.get(d)) for b in budgets], dtype=float)
         if np.isnan(y).all():
             continue
         rows.append(y)
@@ -111,14 +111,11 @@ def plot_accuracy_vs_budget(results: Mapping[str, Any], path: str | Path) -> Pat
     return _save(fig, Path(path))
 
 
-def plot_accuracy_by_dataset(results: Mapping[str, Any], path: str | Path) -> Path | None:
+def plot_accuracy_by_dataset(results: Results, path: str | Path) -> Path | None:
     """Grouped bars: datasets x selectors, with interval error bars."""
-    t1 = results.get("table1") or {}
-    datasets = [
-        d
-        for d in report_datasets(results)
-        if any(d in (e.get("per_dataset") or {}) for e in t1.values())
-    ]
+    res = as_results(results)
+    t1 = res.table1
+    datasets = [d for d in res.datasets if any(d in row.per_dataset for row in t1.values())]
     if not t1 or not datasets:
         return None
     names = list(t1)
@@ -127,12 +124,12 @@ def plot_accuracy_by_dataset(results: Mapping[str, Any], path: str | Path) -> Pa
     ax = fig.add_subplot(1, 1, 1)
     xs = np.arange(len(datasets))
     for i, name in enumerate(names):
-        per = t1[name].get("per_dataset") or {}
+        per = t1[name].per_dataset
         means, lo_err, hi_err = [], [], []
         for d in datasets:
             cell = per.get(d)
-            mean, std, _ = seed_stats(cell)
-            ci = cell.get("ci") if isinstance(cell, Mapping) else None
+            mean, std = (cell.mean, cell.std) if cell else (None, None)
+            ci = cell.ci if cell else None
             m = np.nan if mean is None else mean
             if ci is not None and len(ci) == 2 and mean is not None:
                 lo_err.append(max(0.0, mean - float(ci[0])))
@@ -159,18 +156,18 @@ def plot_accuracy_by_dataset(results: Mapping[str, Any], path: str | Path) -> Pa
     return _save(fig, Path(path))
 
 
-def plot_significance(results: Mapping[str, Any], path: str | Path) -> Path | None:
+def plot_significance(results: Results, path: str | Path) -> Path | None:
     """Per dataset: the accuracy difference A − B (pp) with its 95% bootstrap interval."""
     rows = significance_rows(results)
-    first_a = rows[0][1].get("a") if rows else None
+    first_a = rows[0][1].a if rows else None
     seen: set[str] = set()
     pts, sig = [], {}
     for d, e in rows:  # the first entry of each dataset with the first entry's A
-        if d in seen or e.get("a") != first_a:
+        if d in seen or e.a != first_a:
             continue
         seen.add(d)
         sig[d] = e
-        pts.append((d, as_number(e.get("diff")), as_number(e.get("lo")), as_number(e.get("hi"))))
+        pts.append((d, as_number(e.diff), as_number(e.lo), as_number(e.hi)))
     pts = [p for p in pts if None not in p]
     if not pts:
         return None
@@ -185,24 +182,22 @@ def plot_significance(results: Mapping[str, Any], path: str | Path) -> Path | No
     ax.set_xticklabels([dataset_label(p[0]) for p in pts])
     ax.set_ylabel("accuracy difference (pp)")
     first = sig[pts[0][0]]
-    ax.set_title(
-        f"{selector_label(str(first.get('a', 'A')))} − "
-        f"{selector_label(str(first.get('b', 'B')))}, 95% bootstrap CI"
-    )
+    ax.set_title(f"{selector_label(first.a)} − {selector_label(first.b)}, 95% bootstrap CI")
     ax.grid(True, axis="y", alpha=0.3)
     return _save(fig, Path(path))
 
 
-def plot_learning_curve(results: Mapping[str, Any], path: str | Path) -> Path | None:
+def plot_learning_curve(results: Results, path: str | Path) -> Path | None:
     """Test rank-1 against usable training instances: one panel per curve dataset."""
-    lc = results.get("learning_curve") or {}
-    dss = [d for d in report_datasets(results) if d in lc and (lc[d].get("per_selector") or {})]
+    res = as_results(results)
+    lc = res.learning_curve
+    dss = [d for d in res.datasets if d in lc and lc[d].per_selector]
     if not dss:
         return None
     fig = _figure()
     for i, d in enumerate(dss):
         ax = fig.add_subplot(1, len(dss), i + 1)
-        for name, points in lc[d]["per_selector"].items():
+        for name, points in lc[d].per_selector.items():
             xs = sorted(int(n) for n in points)
             ax.plot(xs, [as_number(points[str(n)]) for n in xs], marker="o", label=selector_label(name))
         ax.set_xscale("log")
@@ -214,8 +209,35 @@ def plot_learning_curve(results: Mapping[str, Any], path: str | Path) -> Path | 
     return _save(fig, Path(path))
 
 
-def write_plots(results: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]:
+def plot_answers(results: Results, path: str | Path) -> Path | None:
+    """Table 4: answer F1 (%) against mean prefill tokens, one panel per dataset, one
+    labelled point per condition (with its 95% interval)."""
+    res = as_results(results)
+    dss = [d for d in res.datasets if (res.answers.get(d) or {}).get("conditions")]
+    if not dss:
+        return None
+    fig = _figure(max(7.0, 4.0 * len(dss)), 4.5)
+    for i, d in enumerate(dss):
+        ax = fig.add_subplot(1, len(dss), i + 1)
+        for name, c in res.answers[d]["conditions"].items():
+            f1, x = c.get("f1") or {}, as_number(c.get("prefill_tokens"))
+            if f1.get("mean") is None or x is None:
+                continue
+            y = 100 * f1["mean"]
+            ax.errorbar([max(x, 1.0)], [y], yerr=[[y - 100 * f1["lo"]], [100 * f1["hi"] - y]], fmt="o", capsize=3)
+            ax.annotate(answer_condition_label(name), (max(x, 1.0), y), textcoords="offset points",
+                        xytext=(5, 4), fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("prefill tokens per answer (log scale)")
+        ax.set_ylabel("answer token F1 (%)")
+        ax.set_title(dataset_label(d))
+        ax.grid(True, which="both", alpha=0.3)
+    return _save(fig, Path(path))
+
+
+def write_plots(results: Results, out_dir: str | Path) -> dict[str, Path]:
     """Draw every plot the results allow into ``out_dir``; returns kind -> path."""
+    results = as_results(results)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     makers = {
@@ -224,6 +246,7 @@ def write_plots(results: Mapping[str, Any], out_dir: str | Path) -> dict[str, Pa
         "bars": plot_accuracy_by_dataset,
         "significance": plot_significance,
         "curve": plot_learning_curve,
+        "answers": plot_answers,
     }
     made: dict[str, Path] = {}
     for kind, maker in makers.items():

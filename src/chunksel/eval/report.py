@@ -1,58 +1,16 @@
-"""The benchmark report: markdown tables, plots and ``results.json`` from one dict.
+"""The benchmark report: markdown tables from typed results (:mod:`chunksel.eval.results`).
 
-:func:`chunksel.eval.output.write_report` consumes a *results dict* and writes ``report.md``,
-``results.json`` (the dict itself, NaN as null) and the PNG plots into ``out_dir``.
-Every piece except ``table1`` is optional, and each table also tolerates missing
-datasets/selectors: a missing table is skipped, a missing cell prints "–", and an
-average is taken over the datasets present in its row (marked ``†`` when that is not
-all of the report's datasets).
+:func:`chunksel.eval.output.write_report` takes a :class:`~chunksel.eval.results.BenchResults`
+(or a dict in its JSON layout, read and checked by ``BenchResults.from_dict``) and writes
+``report.md``, ``results.json`` and the PNG plots. Every table except Table 1 is optional,
+and each tolerates missing datasets/selectors: a missing table is skipped, a missing cell
+prints "–", and an average is taken over the datasets present in its row (marked ``†``
+when that is not all of the report's datasets).
 
 Units: every accuracy-like figure is in **percent** (0-100), differences in percentage
 points; :func:`metrics_to_percent` and :func:`significance_entry` convert the fractions
-of :mod:`chunksel.eval.metrics` / :mod:`chunksel.eval.significance`.
-
-Schema (keys in ``<>`` are names chosen by the run)::
-
-    results = {
-      "title": str,                              # optional report heading
-      "config": {...},                           # the run's config (JSON-ready)
-      "git_commit": str,
-      "data_checksums": {<file or dataset>: str},
-      "datasets": [<dataset>, ...],              # column order; default: DATASET_ORDER
-      "strongest_baseline": <selector>,          # optional, named in the text
-      "table1": {                                # main comparison (trained: 3 seeds)
-        <selector>: {
-          "params": int,                         # trainable parameters (0 -> "–")
-          "size_bytes": int,                     # saved directory size
-          "p50_ms": float, "p95_ms": float,      # batch-1 one-thread scoring latency
-          "query_cost": "none" | "bm25" | "warmup",
-          "per_dataset": {
-            <dataset>: {
-              "mean": float,                     # rank-1 accuracy, % (answerable)
-              "std": float,                      # sample std over seeds (ddof=1); 0 for 1 seed
-              "seeds": [float, ...],             # per-seed accuracies, %
-              "n": int,                          # evaluated (answerable) test instances
-              "ci": [lo, hi],                    # optional bootstrap 95% interval, %
-            }}}},
-      "table2": {<variant>: {<dataset>: cell}},  # ablations (HS, RW, Chunk, HS+RW, ...)
-      "table3": {<budget %>: {"dims": int, "per_dataset": {<dataset>: cell}}},
-                                                 # cell: float, or {"mean", "seeds"}
-      "generator_ablation": {"variants": {<label>: {"blocks": [...],
-                                         "per_dataset": {<dataset>: cell}}},
-                             "delta": {<dataset>: <significance entry>}},
-      "pooled": {<selector>: {"per_dataset": {<dataset>: float},   # trained per dataset
-                              "pooled": {<dataset>: float}}},      # trained on the pool
-      "significance": {<dataset>: entry | [entry, ...]},  # entry: {"a", "b", "diff": pp,
-                                   # "lo": pp, "hi": pp, "p": float, "n": int,
-                                   # "acc_a": %, "acc_b": %}  (acc_* optional)
-      "learning_curve": {<dataset>: {"usable_train": int, "sizes": [int, ...],
-                                     "per_selector": {<selector>: {<size>: %}}}},
-      "extra_metrics": {<selector>: {<dataset>: {<metric>: float}}},  # e.g. mrr, ndcg,
-                                                                       # recall@k, %
-    }
-
-``mean``/``std`` are computed from ``seeds`` when absent. Budgets may be ints or
-strings (JSON keys); they are sorted numerically.
+of :mod:`chunksel.eval.metrics` / :mod:`chunksel.eval.significance`. Table 4 (answers)
+shows EM / F1 in percent of :func:`chunksel.eval.answers.answer_table`'s fractions.
 """
 
 from __future__ import annotations
@@ -60,31 +18,20 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from chunksel.errors import DataError
-
-#: default dataset order: the paper's three first
-DATASET_ORDER: tuple[str, ...] = ("triviaqa", "popqa", "msmarco", "nq", "squad2", "hotpotqa")
-
-DATASET_NAMES: dict[str, str] = {
-    "triviaqa": "TriviaQA",
-    "popqa": "PopQA",
-    "msmarco": "MS MARCO",
-    "nq": "NQ",
-    "squad2": "SQuAD 2.0",
-    "hotpotqa": "HotpotQA",
-    "wikiqa": "WikiQA",
-}
-
-
-DASH = "–"
-
-#: reference rows that never compete for the bold "best" mark nor "strongest baseline"
-REFERENCE_SELECTORS: frozenset[str] = frozenset({"oracle"})
+from chunksel.eval.names import (  # noqa: F401  (re-exported)
+    DASH,
+    DATASET_NAMES,
+    DATASET_ORDER,
+    REFERENCE_SELECTORS,
+    dataset_label,
+    selector_label,
+)
+from chunksel.eval.results import BenchResults, Cell, Comparison, Table1Row, _jsonable, as_results
 
 PLOT_FILES: dict[str, str] = {
     "latency": "accuracy_vs_latency.png",
@@ -92,33 +39,19 @@ PLOT_FILES: dict[str, str] = {
     "bars": "accuracy_by_dataset.png",
     "significance": "significance.png",
     "curve": "learning_curve.png",
+    "answers": "answer_f1_vs_prefill.png",
 }
+
+Results = BenchResults | Mapping[str, Any]
 
 
 # ----------------------------------------------------------------- helpers
-def dataset_label(name: str) -> str:
-    return DATASET_NAMES.get(name, name)
-
-
-def selector_label(name: str) -> str:
-    """The display name a registered selector declares (its registry name otherwise)."""
-    from chunksel.errors import ChunkselError
-    from chunksel.selectors.base import REGISTRY, describe
-
-    if name not in REGISTRY:
-        return name
-    try:
-        return describe(name)["display_name"]
-    except (ChunkselError, ImportError):
-        return name
-
-
 def as_number(x: Any) -> float | None:
-    """A float from a number, or from a seed cell's ``mean`` (or its seeds' mean)."""
+    """A float from a number or a :class:`Cell` (its mean); None when missing/NaN."""
     if x is None:
         return None
-    if isinstance(x, Mapping):
-        return seed_stats(x)[0]
+    if isinstance(x, Cell):
+        return x.mean
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -187,22 +120,9 @@ def _bold_best(
                 cells[i][j] = f"**{cells[i][j]}**"
 
 
-def report_datasets(results: Mapping[str, Any]) -> list[str]:
-    """The report's dataset order: ``results["datasets"]``, else every dataset seen,
-    paper's three first then the rest of DATASET_ORDER, then others by name."""
-    if results.get("datasets"):
-        return [str(d) for d in results["datasets"]]
-    seen: set[str] = set()
-    for entry in (results.get("table1") or {}).values():
-        seen.update((entry.get("per_dataset") or {}).keys())
-    for row in (results.get("table2") or {}).values():
-        seen.update(row.keys())
-    for row in (results.get("table3") or {}).values():
-        seen.update((row.get("per_dataset") or {}).keys())
-    seen.update((results.get("significance") or {}).keys())
-    seen.update((results.get("learning_curve") or {}).keys())
-    ordered = [d for d in DATASET_ORDER if d in seen]
-    return ordered + sorted(seen - set(ordered))
+def report_datasets(results: Results) -> list[str]:
+    """The report's dataset order (the results' ``datasets``)."""
+    return list(as_results(results).datasets)
 
 
 def _average(values: Sequence[float | None]) -> tuple[float | None, bool]:
@@ -213,24 +133,6 @@ def _average(values: Sequence[float | None]) -> tuple[float | None, bool]:
     return float(np.mean(present)), len(present) == len(values)
 
 
-def seed_stats(
-    cell: Mapping[str, Any] | float | None,
-) -> tuple[float | None, float | None, list[float]]:
-    """``(mean, std, seeds)`` of a Table 1 cell (a dict, or a bare number)."""
-    if cell is None:
-        return None, None, []
-    if not isinstance(cell, Mapping):
-        return as_number(cell), None, []
-    seeds = [float(s) for s in cell.get("seeds") or [] if as_number(s) is not None]
-    mean = as_number(cell.get("mean"))
-    if mean is None and seeds:
-        mean = float(np.mean(seeds))
-    std = as_number(cell.get("std"))
-    if std is None and len(seeds) > 1:
-        std = float(np.std(seeds, ddof=1))
-    return mean, std, seeds
-
-
 def _mean_std(mean: float | None, std: float | None, n_seeds: int) -> str:
     if mean is None:
         return DASH
@@ -239,68 +141,59 @@ def _mean_std(mean: float | None, std: float | None, n_seeds: int) -> str:
     return f"{mean:.2f}"
 
 
-def table1_average(
-    entry: Mapping[str, Any], datasets: Sequence[str]
-) -> tuple[float | None, float | None, bool]:
-    """Average accuracy of one selector over ``datasets`` (those present).
+def table1_average(row: Table1Row, datasets: Sequence[str]) -> tuple[float | None, float | None, bool]:
+    """Average accuracy of one Table 1 row over ``datasets`` (those present).
 
     When every present dataset has the same number (> 1) of seeds, the std is that of
     the per-seed averages; else None. Returns ``(mean, std, complete)``.
     """
-    per = entry.get("per_dataset") or {}
-    stats = [seed_stats(per.get(d)) for d in datasets]
-    mean, complete = _average([s[0] for s in stats])
-    present = [s for s in stats if s[0] is not None]
-    counts = {len(s[2]) for s in present}
+    cells = [row.per_dataset.get(d) for d in datasets]
+    mean, complete = _average([c.mean if c else None for c in cells])
+    present = [c for c in cells if c is not None and c.mean is not None]
+    counts = {len(c.seeds) for c in present}
     std = None
     if present and len(counts) == 1 and next(iter(counts)) > 1:
-        per_seed = np.mean(np.array([s[2] for s in present]), axis=0)
+        per_seed = np.mean(np.array([c.seeds for c in present]), axis=0)
         mean = float(per_seed.mean())
         std = float(np.std(per_seed, ddof=1))
     return mean, std, complete
 
 
 # ------------------------------------------------------------------ tables
-def format_table1(results: Mapping[str, Any]) -> str:
+def format_table1(results: Results) -> str:
     """Table 1 in markdown: selectors x datasets (+ average), with cost columns.
 
     Cells are "mean ± std" over seeds (2 decimals); the best per column is bold.
     """
-    t1 = results.get("table1") or {}
+    res = as_results(results)
+    t1 = res.table1
     if not t1:
         return ""
-    datasets = report_datasets(results)
+    datasets = res.datasets
     header = ["Method", "Params", "Size", "p50 ms", "p95 ms", "Query cost"]
     header += [dataset_label(d) for d in datasets] + ["Avg."]
     rows: list[list[str]] = []
     vals: list[list[float | None]] = []
     any_partial = False
-    for name, entry in t1.items():
-        per = entry.get("per_dataset") or {}
+    for name, row in t1.items():
         cells, row_vals = [], []
         for d in datasets:
-            mean, std, seeds = seed_stats(per.get(d))
-            cells.append(_mean_std(mean, std, len(seeds)))
+            c = row.per_dataset.get(d)
+            mean = c.mean if c else None
+            cells.append(_mean_std(mean, c.std if c else None, len(c.seeds) if c else 0))
             row_vals.append(mean)
-        avg, avg_std, complete = table1_average(entry, datasets)
+        avg, avg_std, complete = table1_average(row, datasets)
         avg_cell = _mean_std(avg, avg_std, 2 if avg_std is not None else 1)
         if avg is not None and not complete:
             avg_cell += " †"
             any_partial = True
         cells.append(avg_cell)
         row_vals.append(avg if complete else None)
-        rows.append(
-            [
-                selector_label(name),
-                fmt_params(entry.get("params")),
-                fmt_bytes(entry.get("size_bytes")),
-                fmt(entry.get("p50_ms"), 3),
-                fmt(entry.get("p95_ms"), 3),
-                str(entry.get("query_cost") or DASH),
-            ]
-        )
+        rows.append([
+            selector_label(name), fmt_params(row.params), fmt_bytes(row.size_bytes),
+            fmt(row.p50_ms, 3), fmt(row.p95_ms, 3), str(row.query_cost or DASH),
+        ] + cells)
         vals.append(row_vals)
-        rows[-1] += cells
     acc_cells = [r[6:] for r in rows]
     _bold_best(acc_cells, vals, [name in REFERENCE_SELECTORS for name in t1])
     rows = [r[:6] + a for r, a in zip(rows, acc_cells, strict=True)]
@@ -309,10 +202,8 @@ def format_table1(results: Mapping[str, Any]) -> str:
         text += "\n\n† averaged over the datasets this selector was evaluated on."
     counts = []
     for d in datasets:
-        ns = [(e.get("per_dataset") or {}).get(d) for e in t1.values()]
-        n = next(
-            (c.get("n") for c in ns if isinstance(c, Mapping) and c.get("n") is not None), None
-        )
+        n = next((r.per_dataset[d].n for r in t1.values() if d in r.per_dataset and r.per_dataset[d].n is not None),
+                 None)
         if n is not None:
             counts.append(f"{dataset_label(d)} {int(n)}")
     if counts:
@@ -321,24 +212,24 @@ def format_table1(results: Mapping[str, Any]) -> str:
 
 
 def strongest_baseline(
-    results: Mapping[str, Any],
+    results: Results,
     dataset: str | None = None,
     exclude: Sequence[str] = ("prototype", "anchored"),
 ) -> str | None:
-    """The Table 1 selector with the highest accuracy on ``dataset`` (or, with
+    """The Table 1 selector with the highest *test* accuracy on ``dataset`` (or, with
     ``dataset=None``, the highest average over the datasets every candidate has),
     leaving out ``exclude`` and the reference rows (oracle). ``None`` if there is none.
+
+    A descriptive helper for finished tables; the benchmark itself chooses its strongest
+    baseline on validation (``BenchResults.strongest_baseline``).
     """
-    t1 = results.get("table1") or {}
+    res = as_results(results)
+    t1 = res.table1
     names = [s for s in t1 if s not in set(exclude) | REFERENCE_SELECTORS]
     if dataset is not None:
-        scored = [(seed_stats((t1[s].get("per_dataset") or {}).get(dataset))[0], s) for s in names]
+        scored = [(as_number(t1[s].per_dataset.get(dataset)), s) for s in names]
     else:
-        common = [
-            d
-            for d in report_datasets(results)
-            if all(d in (t1[s].get("per_dataset") or {}) for s in names)
-        ]
+        common = [d for d in res.datasets if all(d in t1[s].per_dataset for s in names)]
         scored = [(table1_average(t1[s], common)[0] if common else None, s) for s in names]
     scored = [(v, s) for v, s in scored if v is not None]
     if not scored:
@@ -379,14 +270,13 @@ def _per_dataset_table(
     return text
 
 
-def format_table2(results: Mapping[str, Any]) -> str:
+def format_table2(results: Results) -> str:
     """Table 2: ablations of the prototype selector (variant x dataset + average)."""
-    t2 = results.get("table2") or {}
+    res = as_results(results)
+    t2 = res.table2
     if not t2:
         return ""
-    return _per_dataset_table(
-        list(t2), lambda v, d: (t2[v] or {}).get(d), report_datasets(results), "Features"
-    )
+    return _per_dataset_table(list(t2), lambda v, d: t2[v].get(d), res.datasets, "Features")
 
 
 def budget_value(b: Any) -> float:
@@ -396,69 +286,66 @@ def budget_value(b: Any) -> float:
         return math.inf
 
 
-def format_table3(results: Mapping[str, Any]) -> str:
+def format_table3(results: Results) -> str:
     """Table 3: the feature-budget curve (budget %, dims kept, per dataset, average)."""
-    t3 = results.get("table3") or {}
+    res = as_results(results)
+    t3 = res.table3
     if not t3:
         return ""
     budgets = sorted(t3, key=budget_value)
     return _per_dataset_table(
         budgets,
-        lambda b, d: (t3[b].get("per_dataset") or {}).get(d),
-        report_datasets(results),
+        lambda b, d: t3[b].per_dataset.get(d),
+        res.datasets,
         "Feature budget",
         extra_header=["# Dims"],
-        extra_cells=lambda b: [str(t3[b].get("dims", DASH))],
+        extra_cells=lambda b: [DASH if t3[b].dims is None else str(t3[b].dims)],
         label=lambda b: f"{str(b).rstrip('%')}%",
     )
 
 
-def format_generator_ablation(results: Mapping[str, Any]) -> str:
+def format_generator_ablation(results: Results) -> str:
     """The flagship with and without the generator's h and r: one row per variant, then
     the paired difference with its 95% bootstrap interval per dataset."""
-    ga = results.get("generator_ablation") or {}
-    variants = ga.get("variants") or {}
-    if not variants:
+    res = as_results(results)
+    ga = res.generator_ablation
+    if ga is None or not ga.variants:
         return ""
-    datasets = report_datasets(results)
     text = _per_dataset_table(
-        list(variants), lambda v, d: (variants[v].get("per_dataset") or {}).get(d), datasets, "Anchored prototype"
+        list(ga.variants), lambda v, d: ga.variants[v].per_dataset.get(d), res.datasets, "Anchored prototype"
     )
-    delta = ga.get("delta") or {}
-    if delta:
-        text += "\n\n" + format_significance({"datasets": datasets, "delta": delta}, key="delta")
+    if ga.delta:
+        text += "\n\n" + _significance_table([(d, ga.delta[d]) for d in _ordered(res.datasets, ga.delta)])
     return text
 
 
-def format_learning_curve(results: Mapping[str, Any]) -> str:
+def format_learning_curve(results: Results) -> str:
     """Per curve dataset: selectors x usable training instances (test rank-1, %)."""
-    lc = results.get("learning_curve") or {}
+    res = as_results(results)
     parts = []
-    for d in [d for d in report_datasets(results) if d in lc]:
-        entry = lc[d]
-        sizes = [str(n) for n in entry.get("sizes") or []]
-        header = ["Method"] + [f"{n} (all)" if int(n) == entry.get("usable_train") else n for n in sizes]
+    for d in [d for d in res.datasets if d in res.learning_curve]:
+        curve = res.learning_curve[d]
+        sizes = [str(n) for n in curve.sizes]
+        header = ["Method"] + [f"{n} (all)" if int(n) == curve.usable_train else n for n in sizes]
         rows = [[selector_label(name)] + [fmt(points.get(n)) for n in sizes]
-                for name, points in (entry.get("per_selector") or {}).items()]
+                for name, points in curve.per_selector.items()]
         if rows:
-            parts.append(f"**{dataset_label(d)}** (usable training instances: {entry.get('usable_train')})\n\n"
+            parts.append(f"**{dataset_label(d)}** (usable training instances: {curve.usable_train})\n\n"
                          + _table(header, rows, ["l"] + ["r"] * len(sizes)))
     return "\n\n".join(parts)
 
 
-def format_pooled(results: Mapping[str, Any]) -> str:
+def format_pooled(results: Results) -> str:
     """Per-dataset vs pooled training: two rows per selector plus their difference."""
-    pooled = results.get("pooled") or {}
-    if not pooled:
+    res = as_results(results)
+    if not res.pooled:
         return ""
-    datasets = report_datasets(results)
+    datasets = res.datasets
     header = ["Method", "Training"] + [dataset_label(d) for d in datasets] + ["Avg."]
     rows = []
-    for name, entry in pooled.items():
-        per = entry.get("per_dataset") or {}
-        pool = entry.get("pooled") or {}
-        a = [as_number(per.get(d)) for d in datasets]
-        b = [as_number(pool.get(d)) for d in datasets]
+    for name, entry in res.pooled.items():
+        a = [as_number(entry.per_dataset.get(d)) for d in datasets]
+        b = [as_number(entry.pooled.get(d)) for d in datasets]
         diff = [None if x is None or y is None else y - x for x, y in zip(a, b, strict=True)]
         for label, vals in (("per dataset", a), ("pooled", b), ("Δ pooled − per dataset", diff)):
             avg, _ = _average(vals)
@@ -468,44 +355,27 @@ def format_pooled(results: Mapping[str, Any]) -> str:
     return _table(header, rows, ["l", "l"] + ["r"] * (len(datasets) + 1))
 
 
-def significance_rows(results: Mapping[str, Any], key: str = "significance") -> list[tuple[str, Mapping]]:
-    """``(dataset, entry)`` pairs of ``results[key]`` in report order (a dataset may hold
-    one entry or a list of them)."""
-    sig = results.get(key) or {}
-    order = [d for d in report_datasets(results) if d in sig] + [
-        d for d in sig if d not in report_datasets(results)
-    ]
-    out = []
-    for d in order:
-        entries = sig[d] if isinstance(sig[d], (list, tuple)) else [sig[d]]
-        out += [(d, e) for e in entries if isinstance(e, Mapping)]
-    return out
+def _ordered(datasets: Sequence[str], keyed: Mapping[str, Any]) -> list[str]:
+    return [d for d in datasets if d in keyed] + [d for d in keyed if d not in datasets]
 
 
-def format_significance(results: Mapping[str, Any], key: str = "significance") -> str:
-    """Per dataset: A vs B, accuracy difference (pp), 95% bootstrap CI, McNemar p."""
-    pairs = significance_rows(results, key)
+def significance_rows(results: Results) -> list[tuple[str, Comparison]]:
+    """``(dataset, comparison)`` pairs of the significance table in report order."""
+    res = as_results(results)
+    return [(d, c) for d in _ordered(res.datasets, res.significance) for c in res.significance[d]]
+
+
+def _significance_table(pairs: Sequence[tuple[str, Comparison]]) -> str:
     if not pairs:
         return ""
     header = ["Dataset", "A", "B", "n", "Acc A", "Acc B", "Δ (pp)", "95% CI", "McNemar p"]
     rows = []
     for d, e in pairs:
-        diff = as_number(e.get("diff"))
-        lo, hi = as_number(e.get("lo")), as_number(e.get("hi"))
-        ci = DASH if lo is None or hi is None else f"[{lo:+.2f}, {hi:+.2f}]"
-        rows.append(
-            [
-                dataset_label(d),
-                selector_label(str(e.get("a", DASH))),
-                selector_label(str(e.get("b", DASH))),
-                str(e.get("n", DASH)),
-                fmt(e.get("acc_a")),
-                fmt(e.get("acc_b")),
-                DASH if diff is None else f"{diff:+.2f}",
-                ci,
-                fmt_p(e.get("p")),
-            ]
-        )
+        ci = DASH if e.lo is None or e.hi is None else f"[{e.lo:+.2f}, {e.hi:+.2f}]"
+        rows.append([
+            dataset_label(d), selector_label(e.a), selector_label(e.b), str(e.n),
+            fmt(e.acc_a), fmt(e.acc_b), DASH if e.diff is None else f"{e.diff:+.2f}", ci, fmt_p(e.p),
+        ])
     align = ["l", "l", "l"] + ["r"] * 6
     if all(r[4] == DASH and r[5] == DASH for r in rows):  # no accuracies given: drop them
         header, align = header[:4] + header[6:], align[:4] + align[6:]
@@ -513,14 +383,19 @@ def format_significance(results: Mapping[str, Any], key: str = "significance") -
     return _table(header, rows, align)
 
 
-def format_extra_metrics(results: Mapping[str, Any]) -> str:
+def format_significance(results: Results) -> str:
+    """Per dataset: A vs B, accuracy difference (pp), 95% bootstrap CI, McNemar p."""
+    return _significance_table(significance_rows(results))
+
+
+def format_extra_metrics(results: Results) -> str:
     """One table per dataset: selectors x further metrics (MRR, nDCG, recall@k, ...)."""
-    extra = results.get("extra_metrics") or {}
+    res = as_results(results)
+    extra = res.extra_metrics
     if not extra:
         return ""
-    datasets = report_datasets(results)
     seen_ds = {d for per in extra.values() for d in per}
-    order = [d for d in datasets if d in seen_ds] + sorted(seen_ds - set(datasets))
+    order = [d for d in res.datasets if d in seen_ds] + sorted(seen_ds - set(res.datasets))
     parts = []
     for d in order:
         names = [s for s in extra if d in extra[s]]
@@ -534,10 +409,56 @@ def format_extra_metrics(results: Mapping[str, Any]) -> str:
         body = [r[1:] for r in rows]
         _bold_best(body, vals)
         rows = [[r[0], *b] for r, b in zip(rows, body, strict=True)]
-        parts.append(
-            f"**{dataset_label(d)}**\n\n"
-            + _table(["Method", *keys], rows, ["l"] + ["r"] * len(keys))
-        )
+        parts.append(f"**{dataset_label(d)}**\n\n" + _table(["Method", *keys], rows, ["l"] + ["r"] * len(keys)))
+    return "\n\n".join(parts)
+
+
+#: reference conditions of Table 4, in display order, and their names
+ANSWER_REFERENCES: dict[str, str] = {
+    "no_context": "No context", "top1": "Top-1 (retrieval)", "top5": "All top-5", "oracle": "Oracle chunk",
+}
+
+
+def answer_condition_label(name: str) -> str:
+    return ANSWER_REFERENCES.get(name) or selector_label(name)
+
+
+def _pct_interval(x: Mapping[str, Any] | None) -> str:
+    if not x or x.get("mean") is None:
+        return DASH
+    return f"{100 * x['mean']:.1f} [{100 * x['lo']:.1f}, {100 * x['hi']:.1f}]"
+
+
+def format_answers(results: Results) -> str:
+    """Table 4: answer EM / F1 (%, 95% bootstrap interval) and prefill cost per condition
+    (the references and each Table 1 selector's pick), one table per dataset."""
+    res = as_results(results)
+    parts = []
+    for d in _ordered(res.datasets, res.answers):
+        table = res.answers[d]
+        conds = table.get("conditions") or {}
+        if not conds:
+            continue
+        header = ["Context", "EM", "F1", "F1 (answerable)", "Prefill tokens", "TTFT ms", "Peak RSS MiB"]
+        rows = []
+        for name, c in conds.items():
+            ans = c.get("answerable") or {}
+            rows.append([
+                answer_condition_label(name), _pct_interval(c.get("em")), _pct_interval(c.get("f1")),
+                _pct_interval(ans.get("f1")), fmt(c.get("prefill_tokens"), 1), fmt(c.get("ttft_ms"), 1),
+                fmt(c.get("peak_rss_mb"), 1),
+            ])
+        n_ans = next((c["answerable"]["questions"] for c in conds.values() if c.get("answerable")), 0)
+        head = (f"**{dataset_label(d)}** ({table.get('questions')} test questions, {n_ans} with a positive "
+                f"candidate; {table.get('generator')}, greedy, at most {table.get('max_new_tokens')} new tokens)")
+        text = head + "\n\n" + _table(header, rows, ["l"] + ["r"] * 6)
+        kv = table.get("kv_reuse")
+        if kv:
+            text += (f"\n\nKV reuse on {kv['pairs']} pairs: time to first token {fmt(kv['ttft_ms_reuse'], 1)} ms "
+                     f"with the warm-up cache vs {fmt(kv['ttft_ms_noreuse'], 1)} ms prefilling the whole prompt "
+                     f"({fmt(kv['saving_pct'], 1)}% saved; {fmt(kv['prefill_tokens_reuse'], 1)} vs "
+                     f"{fmt(kv['prefill_tokens_full'], 1)} tokens prefilled).")
+        parts.append(text)
     return "\n\n".join(parts)
 
 
@@ -618,63 +539,38 @@ def significance_entry(
     }
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        return _jsonable(obj.item())
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
-
 # ------------------------------------------------------------------- report
-def _setup_section(results: Mapping[str, Any]) -> str:
+def _setup_section(res: BenchResults) -> str:
     lines = ["## Setup", ""]
-    lines.append(f"- git commit: `{results.get('git_commit') or 'unknown'}`")
-    datasets = report_datasets(results)
-    if datasets:
-        lines.append("- datasets: " + ", ".join(dataset_label(d) for d in datasets))
-    if results.get("strongest_baseline"):
-        lines.append(f"- strongest baseline: {selector_label(str(results['strongest_baseline']))}")
-    sums = results.get("data_checksums") or {}
-    if sums:
+    lines.append(f"- git commit: `{res.git_commit or 'unknown'}`")
+    if res.datasets:
+        lines.append("- datasets: " + ", ".join(dataset_label(d) for d in res.datasets))
+    if res.strongest_baseline:
+        lines.append(f"- strongest baseline: {selector_label(str(res.strongest_baseline))}")
+    if res.data_checksums:
         lines += [
             "",
-            _table(["Data", "sha256"], [[str(k), f"`{v}`"] for k, v in sums.items()], ["l", "l"]),
+            _table(["Data", "sha256"], [[str(k), f"`{v}`"] for k, v in res.data_checksums.items()], ["l", "l"]),
         ]
-    if results.get("config"):
-        lines += [
-            "",
-            "Config:",
-            "",
-            "```json",
-            json.dumps(_jsonable(results["config"]), indent=2, sort_keys=True),
-            "```",
-        ]
+    if res.config:
+        lines += ["", "Config:", "", "```json", json.dumps(_jsonable(res.config), indent=2, sort_keys=True), "```"]
     return "\n".join(lines)
 
 
-def _seed_note(results: Mapping[str, Any], key: str) -> str:
-    seeds = ((results.get("config") or {}).get("profile") or {}).get(key)
+def _seed_note(res: BenchResults, key: str) -> str:
+    seeds = res.profile_seeds(key)
     return "seeds " + ", ".join(str(s) for s in seeds) if seeds else "one seed"
 
 
-def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str] | None = None) -> str:
+def render_markdown(results: Results, plots: Mapping[str, str] | None = None) -> str:
     """The report text; ``plots`` maps plot kinds (see PLOT_FILES) to relative paths."""
+    res = as_results(results)
     plots = plots or {}
-    title = results.get("title") or "chunksel benchmark report"
-    parts = [f"# {title}"]
+    parts = [f"# {res.title}"]
     sections = [
         (
             "Table 1: rank-1 chunk-selection accuracy (%)",
-            format_table1(results),
+            format_table1(res),
             "Accuracy over answerable test instances (at least one positive among the K "
             "candidates); trained selectors: mean ± std over seeds. Params: trainable "
             "parameters the selector adds; latency: per query at batch 1, one thread. "
@@ -683,7 +579,7 @@ def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str] | None 
         ),
         (
             "Significance against the strongest baseline",
-            format_significance(results),
+            format_significance(res),
             "B is the dataset's strongest baseline, chosen by validation accuracy (never "
             "test). Δ = A − B in percentage points. The 95% paired bootstrap interval "
             "resamples test instances of the per-instance hit rate averaged over the "
@@ -693,38 +589,49 @@ def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str] | None 
         ),
         (
             "Does the generator help? The anchored prototype with and without h and r",
-            format_generator_ablation(results),
+            format_generator_ablation(res),
             "Mean over Table 1's seeds; the second table gives the paired difference (with − "
             "without h, r) with its 95% bootstrap interval, seeds combined as above.",
             [],
         ),
         (
             "Table 2: feature ablation of the paper prototype",
-            format_table2(results),
+            format_table2(res),
             "Mean over the ablation seeds "
-            f"({_seed_note(results, 'ablation_seeds')}). HS: question hidden state; RW: routing "
+            f"({_seed_note(res, 'ablation_seeds')}). HS: question hidden state; RW: routing "
             "weights; Chunk: candidate embeddings.",
             [],
         ),
         (
             "Table 3: feature budget of the paper prototype",
-            format_table3(results),
+            format_table3(res),
             "Share of input features kept (by gradient importance) and the dimensions left; "
-            f"mean over the ablation seeds ({_seed_note(results, 'ablation_seeds')}).",
+            f"mean over the ablation seeds ({_seed_note(res, 'ablation_seeds')}).",
             ["budget"],
         ),
         (
+            "Table 4: answers generated from the selected chunk",
+            format_answers(res),
+            "The generator answers from the question and the chosen chunk(s), continuing the "
+            "question's warm-up KV cache; EM and token F1 (SQuAD normalisation, best alias), "
+            "in %, with 95% bootstrap intervals over questions; F1 (answerable): the questions "
+            "with at least one positive candidate, where the pick can matter. A selector's "
+            "row uses its Table 1 fit (first seed). Prefill tokens, time to first token and "
+            "peak RSS growth are means per answer.",
+            ["answers"],
+        ),
+        (
             "Learning curves",
-            format_learning_curve(results),
+            format_learning_curve(res),
             "Test rank-1 (%) against the number of usable (contested) training instances; "
             "a smaller set is a subset of a larger one; validation and test splits whole; "
             "one seed (the largest point is Table 1's first seed).",
             ["curve"],
         ),
-        ("Per-dataset vs pooled training", format_pooled(results), "", []),
+        ("Per-dataset vs pooled training", format_pooled(res), "", []),
         (
             "Further metrics",
-            format_extra_metrics(results),
+            format_extra_metrics(res),
             "In percent, averaged over answerable instances (contested accuracy: instances "
             "with at least one positive and one negative candidate).",
             [],
@@ -739,5 +646,5 @@ def render_markdown(results: Mapping[str, Any], plots: Mapping[str, str] | None 
         for kind in plot_kinds:
             if kind in plots:
                 parts.append(f"![{kind}]({plots[kind]})")
-    parts.append(_setup_section(results))
+    parts.append(_setup_section(res))
     return "\n\n".join(parts) + "\n"

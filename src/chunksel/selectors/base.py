@@ -311,7 +311,8 @@ def read_config(path: str | Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------- registry
-#: name -> ("module:Class", extra that provides its dependencies)
+#: name -> ("module:Class", extra that provides its dependencies); the order is the
+#: benchmark's row order (``chunksel.bench.default_selectors``)
 REGISTRY: dict[str, tuple[str, str]] = {
     "retrieval": ("chunksel.selectors.simple:RetrievalSelector", ""),
     "random": ("chunksel.selectors.simple:RandomSelector", ""),
@@ -322,9 +323,9 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "knrm": ("chunksel.selectors.neural:KNRMSelector", "train"),
     "drmm": ("chunksel.selectors.neural:DRMMSelector", "train"),
     "duet": ("chunksel.selectors.neural:DuetSelector", "train"),
+    "sras": ("chunksel.selectors.sras:SRASSelector", "sras"),
     "prototype": ("chunksel.selectors.prototype:PrototypeSelector", "train"),
     "anchored": ("chunksel.selectors.anchored:AnchoredPrototypeSelector", "train"),
-    "sras": ("chunksel.selectors.sras:SRASSelector", "sras"),
 }
 
 

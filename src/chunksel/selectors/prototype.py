@@ -11,19 +11,12 @@ Ablations: ``blocks`` names the feature blocks in ``x`` (any non-empty subset of
 "rw", "chunk"). Without "chunk" the MLP sees no candidate embedding, but the scores are
 still cosines between its prototype and the candidates' embeddings.
 
-At inference the BatchNorm layers and the input scaler are folded into the Linear
-layers and run as plain tensors (:class:`~chunksel.nn.prototype.InferenceMLP`; same
-outputs up to float rounding). ``quantize="int8"`` runs the folded model with int8
-dynamically quantised Linear layers (``torch.ao.quantization.quantize_dynamic``,
-per-channel weights, per-batch activation ranges) after standard scaling;
-``quantize="int8w"`` keeps int8 weights (one scale per output row) and computes in
-bfloat16 (``torch._weight_int8pack_mm``), which is faster at batch 1 on CPUs with
-AVX-512 and leaves the activations unquantised.
-
-``engine="onnxruntime"`` runs the same model as the exported ONNX graph
-(:mod:`chunksel.pipeline.onnx_export`) in ONNX Runtime: ``quantize=None`` in fp32,
-``quantize="int8"`` with per-row dynamic int8 activations (an instance's scores do not
-depend on its batch). It is the fastest engine at batch 1.
+The module holds the selector (settings, fitting, scoring, persistence); the input
+arrays and their checks are in :mod:`chunksel.selectors.prototype_arrays`, the inference
+engines (torch fp32 / int8 / int8w, ONNX Runtime fp32 / int8) in
+:mod:`chunksel.selectors.prototype_engines`, the studies (budget curve, tau sweep) in
+:mod:`chunksel.eval.studies`. The training defaults are :class:`TrainConfig`'s (one
+place).
 """
 
 from __future__ import annotations
@@ -35,63 +28,30 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from chunksel.errors import ConfigError, DataError
-from chunksel.nn.prototype import InferenceMLP, PrototypeMLP
+from chunksel.nn.prototype import PrototypeMLP
 from chunksel.selectors.base import QuestionFeatures, Selector
 from chunksel.selectors.checkpoint import check_safetensors_header, load_state_dict_checked
-from chunksel.training.budgets import BLOCKS, FeatureLayout, budget_mask, gradient_importance
-from chunksel.training.trainer import (
-    DEFAULT_TAU,
-    StandardScaler,
-    TrainConfig,
-    train_prototype,
-    usable,
+from chunksel.selectors.prototype_arrays import (
+    all_true,
+    block_input,
+    candidate_embeddings,
+    check_layout,
+    parse_blocks,
+    question_features,
+    split_input,
 )
+from chunksel.selectors.prototype_engines import build_engine, check_engine
+from chunksel.training.budgets import BLOCKS, FeatureLayout, budget_mask, gradient_importance
+from chunksel.training.trainer import StandardScaler, TrainConfig, train_prototype, usable
 from chunksel.types import Instance, Selection
+
+_DEFAULTS = TrainConfig()
 
 #: version of the prototype selector's own state (layout, tensors) inside a save
 PROTOTYPE_FORMAT = 1
 WEIGHTS = "model.safetensors"
-
-
-def parse_blocks(blocks: str | Sequence[str]) -> tuple[str, ...]:
-    """``"hs+chunk"``, ``"hs,chunk"`` or ``("hs", "chunk")`` -> ``("hs", "chunk")`` (fixed order)."""
-    if isinstance(blocks, str):
-        blocks = [b for b in blocks.replace("+", ",").split(",")]
-    names = [b.strip().lower() for b in blocks if b.strip()]
-    bad = sorted(set(names) - set(BLOCKS))
-    if bad or not names:
-        raise ConfigError(f"blocks must be a non-empty subset of {', '.join(BLOCKS)}; got {list(blocks)}")
-    return tuple(b for b in BLOCKS if b in names)
-
-
-ENGINES = ("torch", "onnxruntime")
-
-
-def _quant_mode(q: str | None) -> str:
-    if q in (None, "", "none", "fp32"):
-        return "fp32"
-    if q in ("int8", "int8w"):
-        return q
-    raise ConfigError(f"quantize must be None, 'fp32', 'int8' or 'int8w', got {q!r}")
-
-
-def _check_engine(engine: str, quantize: str | None) -> str:
-    mode = _quant_mode(quantize)
-    if engine not in ENGINES:
-        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if engine == "onnxruntime" and mode == "int8w":
-        raise ConfigError("quantize='int8w' is a torch-engine mode; the onnxruntime engine runs fp32 or int8")
-    return mode
-
-
-def _all_true(mask: np.ndarray) -> bool:
-    """``mask.all()`` for a bool array without a ufunc reduction: at batch 1, right after
-    the model's weights have streamed through the caches, ``mask.all()`` costs about 20 us,
-    this about 2 us (``benchmarks/selector_latency.py``'s raw-array path)."""
-    return b"\x00" not in mask.tobytes()
 
 
 class PrototypeSelector(Selector):
@@ -127,15 +87,15 @@ class PrototypeSelector(Selector):
         k: int = 5,
         blocks: str | Sequence[str] = BLOCKS,
         budget: float | None = None,
-        tau: float = DEFAULT_TAU,
-        lr: float = 8e-4,
-        weight_decay: float = 3e-5,
-        batch_size: int = 256,
-        max_epochs: int = 150,
-        patience: int = 20,
-        hidden: int = 1024,
-        depth: int = 3,
-        dropout: float = 0.05,
+        tau: float = _DEFAULTS.tau,
+        lr: float = _DEFAULTS.lr,
+        weight_decay: float = _DEFAULTS.weight_decay,
+        batch_size: int = _DEFAULTS.batch_size,
+        max_epochs: int = _DEFAULTS.max_epochs,
+        patience: int = _DEFAULTS.patience,
+        hidden: int = _DEFAULTS.hidden,
+        depth: int = _DEFAULTS.depth,
+        dropout: float = _DEFAULTS.dropout,
         seed: int = 0,
         label: str | None = None,
         device: str = "cpu",
@@ -180,45 +140,11 @@ class PrototypeSelector(Selector):
     def _question_features(
         self, batch: Sequence[Instance], features: QuestionFeatures | None
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        if not self._needs_features():
-            return None, None
-        if features is None:
-            raise DataError(
-                f"the prototype selector with blocks {'+'.join(self.blocks)} needs generator "
-                "features (h, r): pass a feature store"
-            )
-        got = features.lookup([inst.id for inst in batch])
-        h = got.get("h") if "hs" in self.blocks else None
-        r = got.get("r") if "rw" in self.blocks else None
-        if "hs" in self.blocks and h is None:
-            raise DataError("the feature store has no 'h' array (needed by the 'hs' block)")
-        if "rw" in self.blocks and r is None:
-            raise DataError("the feature store has no 'r' array (needed by the 'rw' block)")
-        return h, r
+        return question_features(batch, features, self.blocks)
 
     def _embeddings(self, batch: Sequence[Instance], d_e: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(B, K, d) candidate embeddings (zeros at padding) and the (B, K) real mask."""
-        k = self.k
-        if d_e is None:
-            d_e = next(
-                (c.embedding.shape[-1] for i in batch for c in i.candidates[:k] if c.embedding is not None), None
-            )
-            if d_e is None:
-                raise DataError("no candidate has an embedding: the prototype selector needs E")
-        e = np.zeros((len(batch), k, d_e), dtype=np.float32)
-        m = np.zeros((len(batch), k), dtype=bool)
-        for b, inst in enumerate(batch):
-            for j, cand in enumerate(inst.candidates[:k]):
-                if cand.embedding is None:
-                    raise DataError(f"instance {inst.id!r}: candidate {cand.id!r} has no embedding")
-                if cand.embedding.shape[-1] != d_e:
-                    raise DataError(
-                        f"instance {inst.id!r}: candidate embedding dimension {cand.embedding.shape[-1]} "
-                        f"!= {d_e} (the selector's)"
-                    )
-                e[b, j] = cand.embedding
-                m[b, j] = True
-        return e, m
+        return candidate_embeddings(batch, self.k, d_e)
 
     def _prepare(
         self, instances: Sequence[Instance], features: QuestionFeatures | None
@@ -245,19 +171,7 @@ class PrototypeSelector(Selector):
         return {"x": layout.assemble(h, r, e), "e": e, "y": y, "m": m}
 
     def _check_layout(self, h: np.ndarray | None, r: np.ndarray | None, e: np.ndarray) -> None:
-        lay: FeatureLayout = self.layout_
-        for name, arr, dim in (("h", h, lay.d_h), ("r", r, lay.d_r)):
-            if arr is not None and arr.shape[-1] != dim:
-                where = f" ({self.generator_id})" if self.generator_id else ""
-                raise DataError(
-                    f"generator features have {name} of dimension {arr.shape[-1]}, but the selector was "
-                    f"trained on {name} of dimension {dim}{where}"
-                )
-        if e.shape[-1] != lay.d_e:
-            raise DataError(
-                f"chunk embeddings have dimension {e.shape[-1]}, but the selector was trained on "
-                f"dimension {lay.d_e}{' (' + self.encoder_id + ')' if self.encoder_id else ''}"
-            )
+        check_layout(self.layout_, h, r, e, self.generator_id, self.encoder_id)
 
     # ----------------------------------------------------------------- fitting
     def _validate(self) -> None:
@@ -267,7 +181,7 @@ class PrototypeSelector(Selector):
             raise ConfigError(f"budget must be a percent in (0, 100] or None, got {self.budget}")
         if self.tau <= 0:
             raise ConfigError(f"tau must be > 0, got {self.tau}")
-        _check_engine(self.engine, self.quantize)
+        check_engine(self.engine, self.quantize)
 
     def fit(
         self,
@@ -374,45 +288,19 @@ class PrototypeSelector(Selector):
         return int(self.feature_mask_.sum())
 
     def _inference_model(self):
-        """The inference callable, built once per (engine, mode).
-
-        torch engine: unscaled kept inputs -> unit prototypes. onnxruntime engine: an
-        :class:`~chunksel.pipeline.onnx_export.OnnxPrototype` (h, r, e -> scores, prototypes).
-        """
-        engine, key = self.engine, (self.engine, self.quantize)
+        """The inference callable, built once per (engine, mode)
+        (:func:`~chunksel.selectors.prototype_engines.build_engine`)."""
+        key = (self.engine, self.quantize)
         cached = getattr(self, "_infer", None)
         if cached is not None and cached[0] == key:
             return cached[1]
-        mode = _check_engine(engine, self.quantize)
-        mean = self.scaler_.mean_[self.feature_mask_]
-        scale = self.scaler_.scale_[self.feature_mask_]
-        if engine == "onnxruntime":  # the graph carries the scaler and the mask itself
-            from chunksel.nn.onnx_prototype import OnnxPrototype, prototype_graph
-
-            model = OnnxPrototype(prototype_graph(self, mode))
-        elif mode == "int8":
-            from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-            folded = quantize_dynamic(
-                self.model_.fold_batchnorm(), {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
-            )
-            model = _Scaled(mean, scale, folded).eval()
-        else:
-            model = InferenceMLP(self.model_, torch.from_numpy(mean), torch.from_numpy(scale), mode)
+        model = build_engine(self, self.engine, self.quantize)
         self._infer = (key, model)
         return model
 
     def _split(self, x: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray]:
         """Full-layout ``x`` (B, D) -> (h, r, E) as the ONNX graph takes them."""
-        lay: FeatureLayout = self.layout_
-        sl = lay.slices()
-        h = x[:, sl["hs"]] if "hs" in sl else None
-        r = x[:, sl["rw"]] if "rw" in sl else None
-        if "chunk" in sl:
-            e = x[:, sl["chunk"]].reshape(len(x), lay.k, lay.d_e)
-        else:
-            e = np.zeros((len(x), lay.k, lay.d_e), dtype=np.float32)
-        return h, r, e
+        return split_input(self.layout_, x)
 
     def prototypes(self, x: np.ndarray) -> np.ndarray:
         """(B, d_e) unit prototypes for full-layout unscaled inputs ``x`` (B, D)."""
@@ -463,7 +351,7 @@ class PrototypeSelector(Selector):
         self._check_layout(h, r, e)
         m = None if mask is None else np.asarray(mask, dtype=bool)
         if m is not None:
-            m = None if _all_true(m) else m.reshape(b, -1)[:, :kk]  # None: every candidate is real
+            m = None if all_true(m) else m.reshape(b, -1)[:, :kk]  # None: every candidate is real
         if e.shape[1] == lay.k and m is None:
             full_e = e
         else:
@@ -483,12 +371,7 @@ class PrototypeSelector(Selector):
 
     def _block_input(self, arr: np.ndarray | None, block: str, b: int) -> np.ndarray | None:
         """``h`` or ``r`` as (B, d) float32 when the selector uses ``block``, else None."""
-        if block not in self.layout_.blocks:
-            return None
-        if arr is None:
-            raise DataError(f"the selector uses the {block!r} block: pass {'h' if block == 'hs' else 'r'}")
-        arr = np.ascontiguousarray(arr, dtype=np.float32)
-        return arr[None] if arr.ndim == 1 and b == 1 else arr.reshape(b, -1)
+        return block_input(self.layout_, arr, block, b)
 
     def _score(self, batch: Sequence[Instance], features: QuestionFeatures | None, k: int) -> np.ndarray:
         e, m = self._embeddings(batch, self.layout_.d_e)
@@ -581,22 +464,8 @@ class PrototypeSelector(Selector):
             obj.quantize = quantize
         if engine is not None:
             obj.engine = engine
-        _check_engine(obj.engine, obj.quantize)
+        check_engine(obj.engine, obj.quantize)
         return obj
 
 
-class _Scaled(nn.Module):
-    """``(x - mean) / scale`` then the folded MLP.
-
-    The scaler stays outside the Linear layers so that int8 dynamic quantisation sees
-    standardised activations (raw hidden states have a few huge dims).
-    """
-
-    def __init__(self, mean: np.ndarray, scale: np.ndarray, net: nn.Module) -> None:
-        super().__init__()
-        self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32))
-        self.register_buffer("inv_scale", torch.as_tensor(1.0 / scale, dtype=torch.float32))
-        self.net = net
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net((x - self.mean) * self.inv_scale)
+__all__ = ["PROTOTYPE_FORMAT", "PrototypeSelector", "parse_blocks"]

@@ -1,0 +1,98 @@
+"""Typed benchmark results: JSON round trip, versions, bad files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chunksel.errors import DataError
+from chunksel.eval.results import (
+    RESULTS_VERSION,
+    BenchResults,
+    Cell,
+    Comparison,
+    LearningCurve,
+    Table1Row,
+    load_results,
+)
+
+QUICK = Path(__file__).resolve().parents[3] / "reports" / "quick" / "results.json"
+
+
+def _results() -> BenchResults:
+    return BenchResults(
+        datasets=["nq", "popqa"],
+        table1={
+            "retrieval": Table1Row(per_dataset={"nq": Cell.of([60.0], n=50), "popqa": Cell.of([70.0], n=40)},
+                                   params=0, p50_ms=0.01, query_cost="none"),
+            "anchored": Table1Row(per_dataset={"nq": Cell.of([64.0, 66.0, 65.0], n=50, val_seeds=[61.0, 62.0, 63.0])}),
+        },
+        significance={"nq": [Comparison("anchored", "retrieval", 5.0, 1.0, 9.0, 0.01, 50, acc_a=65.0, acc_b=60.0)]},
+        learning_curve={"nq": LearningCurve(usable_train=30, sizes=[10, 30],
+                                            per_selector={"anchored": {"10": 61.0, "30": 64.0}})},
+        answers={"nq": {"questions": 2, "conditions": {}}},
+    )
+
+
+def test_cell_statistics():
+    c = Cell.of([64.0, 66.0, 65.0])
+    assert c.mean == pytest.approx(65.0) and c.std == pytest.approx(1.0)
+    one = Cell.of([60.0])
+    assert one.std is None and one.to_dict()["std"] == 0.0
+    assert Cell.from_json(70.5).seeds == [70.5]  # a bare number is one seed
+    assert Cell.from_json({"mean": 12.0}).mean == 12.0  # a mean without seeds
+    assert Cell.from_json(None) is None
+
+
+def test_round_trip_is_exact(tmp_path):
+    res = _results()
+    path = res.save(tmp_path / "results.json")
+    data = json.loads(path.read_text())
+    assert data["results_version"] == RESULTS_VERSION
+    back = load_results(tmp_path)
+    assert back.to_dict() == res.to_dict()
+    assert back.table1["anchored"].per_dataset["nq"].val_seeds == [61.0, 62.0, 63.0]
+    assert back.significance["nq"][0].acc_b == 60.0
+    assert back.learning_curve["nq"].per_selector["anchored"]["30"] == 64.0
+
+
+def test_version_1_file_is_read():
+    """A file without the version field (the layout before Table 4) reads as version 1."""
+    data = json.loads(QUICK.read_text())
+    data.pop("results_version", None)
+    data.pop("answers", None)
+    res = BenchResults.from_dict(data)
+    assert res.datasets == data["datasets"]
+    assert res.table1["anchored"].per_dataset["nq"].seeds == data["table1"]["anchored"]["per_dataset"]["nq"]["seeds"]
+    assert res.generator_ablation is not None and set(res.generator_ablation.variants) == {"with h, r", "without h, r"}
+    assert res.answers == {}
+
+
+def test_bad_results_name_the_problem(tmp_path):
+    with pytest.raises(DataError, match="no results file"):
+        load_results(tmp_path / "missing.json")
+    (tmp_path / "results.json").write_text('{"table1": ')
+    with pytest.raises(DataError, match="corrupt results file"):
+        load_results(tmp_path)
+    with pytest.raises(DataError, match="results version 99 is not supported"):
+        BenchResults.from_dict({"results_version": 99, "table1": {}})
+    with pytest.raises(DataError, match="table1.x.per_dataset.nq.seeds must be a number"):
+        BenchResults.from_dict({"table1": {"x": {"per_dataset": {"nq": {"seeds": ["high"]}}}}})
+    with pytest.raises(DataError, match="significance.nq has no 'b'"):
+        BenchResults.from_dict({"table1": {}, "significance": {"nq": [{"a": "x"}]}})
+    with pytest.raises(DataError, match="results must be an object"):
+        BenchResults.from_dict([1, 2])
+
+
+def test_cli_report_rerenders_from_results(tmp_path):
+    pytest.importorskip("matplotlib")
+    from chunksel.cli import main
+    from chunksel.eval.output import write_report
+
+    write_report(_results(), tmp_path / "a")
+    first = (tmp_path / "a" / "report.md").read_text()
+    assert main(["report", str(tmp_path / "a"), "--out", str(tmp_path / "b")]) == 0
+    assert (tmp_path / "b" / "report.md").read_text() == first
+    assert "| Anchored prototype |" in first and "65.00 ± 1.00" in first

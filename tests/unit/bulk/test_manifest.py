@@ -1,0 +1,49 @@
+"""Shard manifests (no Ray): plans, done markers, the event log, refusing another job."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from chunksel.bulk.manifest import ShardManifest, is_done, log_event, mark_done
+from chunksel.errors import ConfigError, DataError, MissingExtraError
+
+
+def test_plan_is_kept_and_progress_read_from_markers(tmp_path):
+    ident = {"model": "m", "shard_rows": 2}
+    man = ShardManifest.open(tmp_path / "job", "encode", ident, plan=[{"lo": 0, "hi": 2}, {"lo": 2, "hi": 3}])
+    assert len(man) == 2 and man.pending() == [0, 1] and man.done() == []
+    mark_done(man.folder, 1, {"rows": 1})
+    log_event(man.folder, "done", 1, rows=1)
+    # a re-run keeps the stored plan, whatever plan it brings
+    again = ShardManifest.open(tmp_path / "job", "encode", ident, plan=[{"lo": 0, "hi": 3}])
+    assert again.shards == man.shards and again.pending() == [0] and again.done() == [1]
+    assert is_done(again.folder, 1) and again.computed_counts() == {0: 0, 1: 1}
+    assert again.key == ShardManifest.job_key("encode", ident)
+
+
+def test_another_job_or_setting_is_refused(tmp_path):
+    ShardManifest.open(tmp_path, "encode", {"shard_rows": 2}, plan=[])
+    with pytest.raises(ConfigError, match="shard_rows"):
+        ShardManifest.open(tmp_path, "encode", {"shard_rows": 4}, plan=[])
+    with pytest.raises(ConfigError, match="kind 'encode'"):
+        ShardManifest.open(tmp_path, "features", {"shard_rows": 2}, plan=[])
+    with pytest.raises(DataError, match="no shard manifest"):
+        ShardManifest.open(tmp_path / "other", "encode", {"shard_rows": 2})
+
+
+def test_torn_log_line_is_skipped(tmp_path):
+    man = ShardManifest.open(tmp_path, "judge", {}, plan=[{"ids": ["a"]}])
+    log_event(tmp_path, "done", 0)
+    with open(tmp_path / "log.jsonl", "a") as fh:
+        fh.write('{"event": "done", "sha')  # a writer killed mid-line
+    assert man.computed_counts() == {0: 1}
+
+
+def test_missing_ray_names_the_extra(monkeypatch):
+    from chunksel.bulk.engine import require_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MissingExtraError, match=r"chunksel\[ray\]"):
+        require_ray()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -128,16 +129,36 @@ def run_shards(
         if isinstance(err, ChunkselError):
             raise
         raise BulkJobError(
-            f"the Ray job stopped: {type(err).__name__}: {_first_line(err)} -- finished shards "
+            f"the Ray job stopped: {_first_line(err)} -- finished shards "
             "are kept; re-run the same command to compute the rest"
         ) from err
 
 
 def _first_line(err: BaseException) -> str:
-    """The most telling line of a (possibly multi-line, Ray-wrapped) error message."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip() and not ln.startswith(" ")]
-    lines = [ln for ln in lines if not ln.startswith("Traceback")]
-    return (lines[-1] if lines else repr(err))[:500]
+    """The worker's own error, as ``Type: message``, out of Ray's wrappers."""
+    chain: list[BaseException] = []
+    todo: list[BaseException] = [err]
+    while todo:  # Ray wraps the worker's error: follow .cause, __cause__ and __context__
+        e = todo.pop(0)
+        if any(e is c for c in chain):
+            continue
+        chain.append(e)
+        for nxt in (getattr(e, "cause", None), e.__cause__, e.__context__):
+            if isinstance(nxt, BaseException):
+                todo.append(nxt)
+    for e in chain:
+        if isinstance(e, ChunkselError):
+            return f"{type(e).__name__}: {e}"[:500]
+    # else a wrapped traceback's last "SomeError: message" line names the worker's error
+    for e in chain:
+        hits = [
+            (name, msg)
+            for name, msg in re.findall(r"^([\w.]+(?:Error|Exception|Fault)): (.+)$", str(e), flags=re.M)
+            if not name.startswith("ray.")
+        ]
+        if hits:
+            return f"{hits[-1][0].rpartition('.')[2]}: {hits[-1][1]}"[:500]
+    return f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}"[:500]
 
 
 def worker_threads(threads: int) -> None:

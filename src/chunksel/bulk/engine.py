@@ -19,6 +19,7 @@ import functools
 import json
 import os
 import re
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -110,17 +111,20 @@ def run_shards(
     ctx.print_on_execution_start = False
     rows = [{"shard": int(s), "payload": json.dumps(p)} for s, p in zip(shards, payloads, strict=True)]
     ds = ray.data.from_items(rows, override_num_blocks=len(rows))
-    ds = ds.map_batches(
-        worker_cls,
-        fn_constructor_kwargs={**worker_kwargs, "threads": max(1, int(cpus_per_worker))},
-        batch_size=1,
-        batch_format="pandas",
-        compute=ray.data.ActorPoolStrategy(size=min(workers, len(rows))),
-        num_cpus=cpus_per_worker,
-        # a dead actor is restarted and its shard retried, a bounded number of times
-        ray_remote_args_fn=functools.partial(dict, max_restarts=max_retries,
-                                             max_task_retries=max_retries),
-    )
+    with warnings.catch_warnings():
+        # bounded restarts have no named parameter yet (Ray < 2.64 takes them this way)
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        ds = ds.map_batches(
+            worker_cls,
+            fn_constructor_kwargs={**worker_kwargs, "threads": max(1, int(cpus_per_worker))},
+            batch_size=1,
+            batch_format="pandas",
+            compute=ray.data.ActorPoolStrategy(size=min(workers, len(rows))),
+            num_cpus=cpus_per_worker,
+            # a dead actor is restarted and its shard retried, a bounded number of times
+            ray_remote_args_fn=functools.partial(dict, max_restarts=max_retries,
+                                                 max_task_retries=max_retries),
+        )
     try:
         for row in ds.iter_rows():
             out = json.loads(row["summary"])

@@ -397,7 +397,9 @@ def judge_instances(
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     shard_size = -(-shard_size // batch_size) * batch_size
     root = cache_root(cache)
-    kwargs = {"batch_size": batch_size, **(judge_kwargs or {})}
+    kwargs = dict(judge_kwargs or {})
+    if judge == "local":
+        kwargs.setdefault("batch_size", batch_size)
     kwargs, ns = _judge_identity(judge, kwargs, root)
     names = _CachedOnly(ns["name"], ns["model_id"], ns["settings"])
     settings = {"options": list(JUDGE_OPTIONS), "default": JUDGE_DEFAULT}

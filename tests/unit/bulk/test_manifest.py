@@ -47,3 +47,22 @@ def test_missing_ray_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(MissingExtraError, match=r"chunksel\[ray\]"):
         require_ray()
+
+
+def test_cli_takes_the_ray_options():
+    from chunksel.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["features", "--dataset", "nq", "--ray", "--workers", "3"])
+    assert args.ray and args.workers == 3 and args.ray_address is None
+    args = parser.parse_args(["label", "--dataset", "nq", "--judge", "local", "--ray-address", "auto"])
+    assert args.ray_address == "auto"
+    args = parser.parse_args(["embed", "--corpus", "x.tsv", "--index", "ivfpq", "--shard-rows", "100"])
+    assert not args.ray and args.shard_rows == 100
+
+
+def test_cli_refuses_zero_workers(capsys):
+    from chunksel.cli import main
+
+    assert main(["embed", "--corpus", "x.tsv", "--ray", "--workers", "0"]) == 2
+    assert "--workers must be >= 1" in capsys.readouterr().err

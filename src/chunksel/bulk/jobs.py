@@ -266,7 +266,7 @@ def extract_features(
     from chunksel.features.store import FeatureStore
     from chunksel.llm import fetch
     from chunksel.llm.models import load_tokenizer
-    from chunksel.llm.prompts import MAX_PROMPT_TOKENS, prompt_hash, question_prompt
+    from chunksel.llm.prompts import MAX_PROMPT_TOKENS, prompt_hash, question_prompt, template_hash
 
     _check_common(workers, shard_size)
     if batch_size < 1:
@@ -281,7 +281,7 @@ def extract_features(
     for q in questions:
         by_id.setdefault(q.id, q)
     hashes = {qid: prompt_hash(question_prompt(tokenizer, q.text, limit).ids) for qid, q in by_id.items()}
-    identity = {"generator_id": gen_id, "template": store._meta.get("template_hash"),
+    identity = {"generator_id": gen_id, "template": template_hash(tokenizer, limit),
                 "max_tokens": limit, "batch_size": batch_size, "shard_size": shard_size,
                 "questions": config_hash([[q, hashes[q]] for q in by_id], 16)}
     key = ShardManifest.job_key("features", identity)

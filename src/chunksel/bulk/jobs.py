@@ -33,12 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from chunksel.bulk.engine import run_shards
+from chunksel.bulk.engine import BulkJobError, run_shards
 from chunksel.bulk.manifest import (
     ShardManifest,
     atomic_write_text,
     mark_done,
     read_done,
+    read_log,
     shard_name,
 )
 from chunksel.config import cache_root, config_hash
@@ -87,17 +88,62 @@ def _run(manifest: ShardManifest, worker_cls: type, worker_kwargs: dict[str, Any
                        already_done=len(manifest) - len(pending))
     if not pending:
         return report
-    t0 = time.perf_counter()
+    t0, since = time.perf_counter(), time.time()
     kwargs = {"job": str(manifest.folder), "fault": fault, **worker_kwargs}
-    for summary in run_shards(worker_cls, kwargs, pending, [manifest.shards[s] for s in pending],
-                              workers=workers, address=address, progress=progress,
-                              max_retries=max_retries, cpus_per_worker=cpus_per_worker):
-        report.summaries.append(summary)
-        if not summary.get("skipped"):
-            report.computed += 1
-            report.rows += int(summary.get("rows", 0))
+    try:
+        for summary in run_shards(worker_cls, kwargs, pending, [manifest.shards[s] for s in pending],
+                                  workers=workers, address=address, progress=progress,
+                                  max_retries=max_retries, cpus_per_worker=cpus_per_worker):
+            report.summaries.append(summary)
+            if not summary.get("skipped"):
+                report.computed += 1
+                report.rows += int(summary.get("rows", 0))
+    except BulkJobError:
+        # Ray Data stops a failed job gracefully: the other workers finish the shard in
+        # hand. Wait for them, so that a re-run never computes a shard still in flight.
+        wait_for_shards_in_flight(manifest.folder, since)
+        raise
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - another user's process
+        return True
+    return True
+
+
+def wait_for_shards_in_flight(folder: Path, since: float, timeout: float = 600.0) -> list[int]:
+    """Block until every shard started in ``folder`` since ``since`` has ended.
+
+    A shard has ended when the log shows its ``done``, ``fail`` or ``skip`` after its
+    ``start``, or when its worker process (on this host) no longer exists.
+
+    Returns:
+        the shards still in flight when ``timeout`` seconds ran out (normally none).
+    """
+    import socket
+
+    host = socket.gethostname()
+    deadline = time.monotonic() + timeout
+    while True:
+        flying: dict[tuple[int, int], str] = {}
+        for ev in read_log(folder):
+            if ev.get("time", 0) < since or ev.get("shard", -1) < 0:
+                continue
+            key = (int(ev["shard"]), int(ev["pid"]))
+            if ev["event"] == "start":
+                flying[key] = ev.get("host", "")
+            else:
+                flying.pop(key, None)
+        flying = {k: h for k, h in flying.items() if h != host or _alive(k[1])}
+        if not flying or time.monotonic() > deadline:
+            return sorted({s for s, _ in flying})
+        time.sleep(0.25)
 
 
 def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:

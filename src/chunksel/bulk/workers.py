@@ -4,7 +4,8 @@ Each class is constructed once per actor (it loads its model there) and called b
 Ray Data with a batch of one shard row (``shard``, JSON ``payload``). For each shard it
 
 1. returns at once if the shard's done marker exists (a retry after the shard finished),
-2. logs ``start``, computes, and -- for a fault drill, see :class:`Fault` -- may fail here,
+2. logs ``start``, computes, and -- for a fault drill, see :class:`Fault` -- may fail here
+   (an exception is logged as ``fail`` and raised),
 3. writes the shard's outputs atomically, then the done marker, then logs ``done``.
 
 The outputs are exactly those of the single-process code path on the same shard: the
@@ -109,10 +110,14 @@ class ShardWorker:
             return {**read_done(self.job, shard), "skipped": True}
         log_event(self.job, "start", shard)
         t0 = time.perf_counter()
-        results = self.compute(shard, payload)
-        seconds = time.perf_counter() - t0
-        self.fault.maybe_fail(shard)
-        info = self.write(shard, payload, results)
+        try:
+            results = self.compute(shard, payload)
+            seconds = time.perf_counter() - t0
+            self.fault.maybe_fail(shard)
+            info = self.write(shard, payload, results)
+        except Exception as err:  # the driver waits for shards in flight: say this one ended
+            log_event(self.job, "fail", shard, error=f"{type(err).__name__}: {err}"[:300])
+            raise
         info = {**info, "seconds": seconds, "pid": os.getpid(), "load_seconds": self.load_seconds}
         mark_done(self.job, shard, info)
         log_event(self.job, "done", shard, seconds=seconds, rows=info.get("rows"))

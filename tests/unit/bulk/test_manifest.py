@@ -66,3 +66,28 @@ def test_cli_refuses_zero_workers(capsys):
 
     assert main(["embed", "--corpus", "x.tsv", "--ray", "--workers", "0"]) == 2
     assert "--workers must be >= 1" in capsys.readouterr().err
+
+
+def test_wait_for_shards_in_flight(tmp_path):
+    """A started shard has ended once logged done/fail, or once its process is gone."""
+    import json
+    import os
+    import socket
+    import time
+
+    from chunksel.bulk.jobs import wait_for_shards_in_flight
+
+    now = time.time()
+    dead = 2**22 + 12345  # above the default pid_max: no such process
+    events = [("start", 0, os.getpid()), ("done", 0, os.getpid()), ("start", 1, os.getpid()),
+              ("fail", 1, os.getpid()), ("start", 2, dead)]
+    with open(tmp_path / "log.jsonl", "w") as fh:
+        for ev, shard, pid in events:
+            fh.write(json.dumps({"event": ev, "shard": shard, "pid": pid, "host": socket.gethostname(),
+                                 "time": now}) + "\n")
+    t0 = time.monotonic()
+    assert wait_for_shards_in_flight(tmp_path, now - 1, timeout=5) == []
+    assert time.monotonic() - t0 < 1
+    # a live worker still on shard 3 is waited for, up to the timeout
+    log_event(tmp_path, "start", 3)
+    assert wait_for_shards_in_flight(tmp_path, now - 1, timeout=0.3) == [3]

@@ -1,6 +1,7 @@
 """The ``chunksel`` command line.
 
-``chunksel fetch-models | build | features | train | eval | bench | select | export | serve | label``. Heavy
+``chunksel fetch-models | build | embed | features | train | eval | bench | select | export | serve | label``
+(``embed``, ``features`` and ``label`` run on Ray with ``--ray`` / ``--ray-address``). Heavy
 imports happen inside each command; a :class:`~chunksel.errors.ChunkselError` is printed
 as one ``error: ...`` line (exit status 2), never as a traceback. Settings that are wrong
 on their own (counts < 1, unknown or ill-typed ``--param``, a ``--model`` that is no saved
@@ -28,6 +29,15 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--label", default=None, metavar="SPEC",
                    help="label spec replacing each dataset's default, e.g. semantic or containment|gold "
                         "(sets $CHUNKSEL_LABEL; semantic needs `chunksel label` first)")
+
+
+def _ray_options(p: argparse.ArgumentParser) -> None:
+    """``--ray`` / ``--ray-address``: run the bulk job as a Ray Data pipeline (chunksel.bulk)."""
+    p.add_argument("--ray", action="store_true",
+                   help="run as a Ray Data job on a local Ray instance (needs chunksel[ray])")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="run as a Ray Data job on the Ray cluster at ADDR (implies --ray)")
+    p.add_argument("--workers", type=int, default=2, help="Ray workers, each loads the model once (default 2)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index", choices=["flat", "ivfpq"], default="flat")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=32)
+    _ray_options(p)
+
+    p = sub.add_parser("embed", help="encode a corpus into the embedding cache (shards), optionally index it")
+    _common(p)
+    p.add_argument("--corpus", required=True, help="wiki-w100, msmarco-sub, or a passage TSV/JSONL file")
+    p.add_argument("--index", choices=["none", "ivfpq"], default="none",
+                   help="also build the IVF-PQ index shard by shard (default none)")
+    p.add_argument("--shard-rows", type=int, default=4096, help="passages per shard (default 4096)")
+    _ray_options(p)
 
     p = sub.add_parser("train", help="train a selector on a dataset's training split")
     _common(p)
@@ -154,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index", choices=["flat", "ivfpq"], default="flat")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=8, help="pairs per backend call (default 8)")
+    _ray_options(p)
     return parser
 
 
@@ -191,7 +211,8 @@ def _dataset_args(args: argparse.Namespace) -> dict:
 
 #: options that take a count: each must be >= 1 when given (checked before any work)
 _COUNTS = ("threads", "k", "limit", "batch_size", "top", "max_request_bytes", "max_chunks",
-           "max_chunk_chars", "max_questions", "max_new_tokens", "concurrency", "queue")
+           "max_chunk_chars", "max_questions", "max_new_tokens", "concurrency", "queue", "workers",
+           "shard_rows")
 
 
 def _check_settings(args: argparse.Namespace) -> None:
@@ -308,11 +329,48 @@ def _run(args: argparse.Namespace) -> int:
 
         for ds in args.dataset:
             built = build_instances(ds, k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress)
-            store = extract_question_features(
-                [i.question for i in built.instances], generator=args.generator,
-                batch_size=args.batch_size, progress=progress,
-            )
+            if args.ray or args.ray_address:  # chunksel.bulk: the same store, filled by Ray workers
+                from chunksel.bulk.jobs import extract_features
+
+                store, rep = extract_features([i.question for i in built.instances], args.generator,
+                                              workers=args.workers, address=args.ray_address,
+                                              batch_size=args.batch_size, progress=progress)
+                print(f"{ds}: Ray job {rep.folder.name}: {rep.computed} shard(s) computed, "
+                      f"{rep.already_done} already done")
+            else:
+                store = extract_question_features(
+                    [i.question for i in built.instances], generator=args.generator,
+                    batch_size=args.batch_size, progress=progress,
+                )
             print(f"{ds}: {len(built.instances)} questions -> {store.root} (dims {store.dims})")
+        return 0
+
+    if args.command == "embed":
+        from chunksel.data.corpus import Corpus, user_corpus_path
+        from chunksel.retrieval.encoder import Encoder
+
+        corpus = Corpus.load(user_corpus_path(args.corpus), progress=progress)
+        encoder = Encoder()
+        if args.ray or args.ray_address:
+            from chunksel.bulk.jobs import encode_corpus
+
+            rep = encode_corpus(corpus, encoder, workers=args.workers, address=args.ray_address,
+                                shard_rows=args.shard_rows, progress=progress)
+            print(f"{corpus.name}: {rep.computed} shard(s) encoded on Ray ({rep.rows} passages, "
+                  f"{rep.seconds:.1f} s), {rep.already_done} already done")
+        else:
+            from chunksel.retrieval.embeddings import corpus_embeddings
+
+            corpus_embeddings(corpus, encoder, use_precomputed=False, shard_rows=args.shard_rows,
+                              progress=progress)
+        from chunksel.retrieval.embeddings import embeddings_dir
+
+        print(f"embeddings: {embeddings_dir(corpus, encoder)} ({len(corpus)} passages)")
+        if args.index == "ivfpq":
+            from chunksel.bulk.jobs import sharded_ivfpq
+
+            index = sharded_ivfpq(corpus, encoder, progress=progress, seed=args.seed)
+            print(f"index: {index} (filled shard by shard; `build --index ivfpq` reuses it)")
         return 0
 
     if args.command == "train":
@@ -480,7 +538,17 @@ def _run(args: argparse.Namespace) -> int:
         os.environ.pop("CHUNKSEL_LABEL", None)  # the labels are being made: no spec to apply yet
         built = build_instances(args.dataset, k=args.k, index=args.index, limit=args.limit, seed=args.seed,
                                 progress=progress)
-        res = label_instances(built.instances, backend, batch_size=args.batch_size, progress=progress)
+        if args.ray or args.ray_address:  # chunksel.bulk: Ray workers fill the same response cache
+            from chunksel.bulk.jobs import judge_instances
+
+            judge = ("local", {"model_path": args.model}) if args.judge == "local" else (
+                "openai", {"base_url": args.judge, "model": args.model})
+            res, rep = judge_instances(built.instances, *judge, workers=args.workers, address=args.ray_address,
+                                       batch_size=args.batch_size, progress=progress)
+            print(f"{args.dataset}: Ray job {rep.folder.name}: {rep.computed} shard(s) judged, "
+                  f"{rep.already_done} already done")
+        else:
+            res = label_instances(built.instances, backend, batch_size=args.batch_size, progress=progress)
         path = write_sidecar(built.path, res)
         st = res.stats
         rate = f", {res.pairs_per_second:.2f} pairs/s" if st["misses"] else ""

@@ -200,6 +200,46 @@ class FeatureStore:
             self._rows[ids[i]] = (s, row)
             self._hashes[ids[i]] = hashes[i]
 
+    def register(self, name: str, ids: Sequence[str], prompt_hashes: Sequence[str] | None = None) -> None:
+        """Add a shard whose ``h-<name>.npy`` and ``r-<name>.npy`` files were already
+        written into the store's folder (by a bulk worker), then commit the index
+        atomically. Registering a name twice is a no-op.
+
+        Raises:
+            DataError: a file is missing, its row count differs from ``ids``, or its
+                dimensions differ from the store's.
+        """
+        if any(sh["name"] == name for sh in self._meta["shards"]):
+            return
+        ids = list(ids)
+        if len(set(ids)) != len(ids):
+            raise DataError("duplicate question ids in one feature shard")
+        dims = {}
+        for arr in ARRAYS:
+            file = self.root / f"{arr}-{name}.npy"
+            if not file.is_file():
+                raise DataError(f"feature shard {file} is missing")
+            shape = np.load(file, mmap_mode="r").shape
+            if len(shape) != 2 or shape[0] != len(ids):
+                raise DataError(f"feature shard {file} has shape {shape}, expected {len(ids)} rows")
+            dims[arr] = int(shape[1])
+        if self.dims and self.dims != dims:
+            raise DataError(f"feature dims {dims} differ from the store's {self.dims} ({self.root})")
+        hashes = list(prompt_hashes) if prompt_hashes is not None else [None] * len(ids)
+        if len(hashes) != len(ids):
+            raise DataError(f"{len(ids)} ids but {len(hashes)} prompt hashes")
+        meta = dict(self._meta)
+        meta["dims"] = dims
+        meta["shards"] = self._meta["shards"] + [{"name": name, "ids": ids, "prompt_hashes": hashes}]
+        tmp = self._index_path.with_name("index.json.tmp")
+        tmp.write_text(json.dumps(meta))
+        os.replace(tmp, self._index_path)
+        self._meta = meta
+        s = len(meta["shards"]) - 1
+        for row, (qid, ph) in enumerate(zip(ids, hashes, strict=True)):
+            self._rows[qid] = (s, row)
+            self._hashes[qid] = ph
+
     def extract(
         self,
         questions: Sequence[Question],

@@ -114,6 +114,29 @@ def load_generator(
     return model, tok, gen_id
 
 
+def load_tokenizer(
+    name_or_path: str | os.PathLike | None = None, cache: str | os.PathLike | None = None
+) -> tuple[Any, str]:
+    """The tokenizer and generator id :func:`load_generator` would give, without loading
+    the model's weights when they are already on disk (a model folder, or a GGUF file
+    dequantised before); otherwise the model is loaded once, to dequantise it.
+
+    Returns:
+        ``(tokenizer, generator_id)`` (the id of the default float32 weights).
+    """
+    from transformers import AutoTokenizer
+
+    if name_or_path is None:
+        name_or_path = fetch.smollm2_gguf(cache)
+    path = Path(name_or_path).expanduser()
+    if path.is_file() and path.suffix == ".gguf" and (dequantised_dir(path, cache) / _DONE).is_file():
+        return AutoTokenizer.from_pretrained(str(dequantised_dir(path, cache))), path.stem
+    if path.is_dir() and (path / "config.json").is_file():
+        return AutoTokenizer.from_pretrained(str(path)), _dir_id(path)
+    _, tok, gen_id = load_generator(path, cache=cache)
+    return tok, gen_id
+
+
 def fetch_models(cache: str | os.PathLike | None = None, progress: bool = True) -> dict[str, str]:
     """Fetch every model the default pipeline needs and warm their caches.
 

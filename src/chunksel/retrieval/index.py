@@ -194,6 +194,31 @@ def build_index(
         _add(index, emb, progress)
         return Index(index, "flat", {"kind": "flat", "metric": "ip", "n": n, "d": d})
 
+    index, settings, train_rows = new_ivfpq(n, d, nlist, m, nbits, train_sample, nprobe, seed, progress)
+    index.train(emb[train_rows] if train_rows is not None else emb)
+    _add(index, emb, progress)
+    return Index(index, "ivfpq", settings)
+
+
+def new_ivfpq(
+    n: int,
+    d: int,
+    nlist: int = 8192,
+    m: int = 64,
+    nbits: int = 8,
+    train_sample: int = 500_000,
+    nprobe: int = 32,
+    seed: int = 0,
+    progress: bool = True,
+) -> tuple[Any, dict[str, Any], np.ndarray | None]:
+    """An untrained ``IndexIVFPQ`` for ``n`` vectors of dimension ``d``, its effective
+    settings and the training rows (a sorted uniform sample; ``None`` = all ``n`` rows).
+
+    :func:`build_index` trains it on those rows and adds every vector;
+    :func:`chunksel.bulk.ivfpq.build_ivfpq_from_shards` does the same from shard files.
+    The arguments are those of :func:`build_index`.
+    """
+    faiss = _faiss()
     if d % m:
         raise ConfigError(f"IVF-PQ: m={m} sub-quantizers must divide the dimension {d}")
     if nlist < 1 or nprobe < 1 or not 1 <= nbits <= 16 or train_sample < 1:
@@ -222,7 +247,6 @@ def build_index(
     n_train = min(n, train_sample)
     rng = np.random.default_rng(seed)
     train_rows = np.sort(rng.choice(n, size=n_train, replace=False)) if n_train < n else None
-    train = emb[train_rows] if train_rows is not None else emb
 
     quantizer = faiss.IndexFlatIP(d)
     index = faiss.IndexIVFPQ(quantizer, d, eff_nlist, m, eff_nbits, faiss.METRIC_INNER_PRODUCT)
@@ -240,8 +264,6 @@ def build_index(
     log.info(
         "training IVF-PQ (nlist=%d, m=%d, nbits=%d) on %d vectors", eff_nlist, m, eff_nbits, n_train
     )
-    index.train(train)
-    _add(index, emb, progress)
     settings = {
         "kind": "ivfpq",
         "metric": "ip",
@@ -256,7 +278,7 @@ def build_index(
         "seed": seed,
         "notes": notes,
     }
-    return Index(index, "ivfpq", settings)
+    return index, settings, train_rows
 
 
 def _add(index: Any, emb: np.ndarray, progress: bool, block: int = 65536) -> None:
@@ -272,6 +294,29 @@ def _add(index: Any, emb: np.ndarray, progress: bool, block: int = 65536) -> Non
 def index_dir(key: str, model_id: str, kind: str, settings: dict[str, Any]) -> Path:
     """Cache folder of an index built from (corpus key, model id, requested settings)."""
     return cache_root() / "indexes" / key / model_id / f"{kind}-{config_hash(settings)}"
+
+
+def requested_settings(kind: str, **settings: Any) -> dict[str, Any]:
+    """Every build setting of ``kind`` with defaults filled in: what keys a cached index
+    (so ``nlist=8192`` and the default agree).
+
+    Raises:
+        ConfigError: an unknown setting.
+    """
+    import inspect
+
+    params = inspect.signature(build_index).parameters
+    unknown = sorted(set(settings) - set(params) | ({"emb", "kind", "progress"} & set(settings)))
+    if unknown:
+        raise ConfigError(f"unknown index settings: {', '.join(unknown)}")
+    return {
+        "kind": kind,
+        **{
+            name: settings.get(name, p.default)
+            for name, p in params.items()
+            if name not in ("emb", "kind", "progress")
+        },
+    }
 
 
 def cached_index(
@@ -297,21 +342,7 @@ def cached_index(
         raise ConfigError(f"unknown index kind {kind!r}; choose one of {', '.join(KINDS)}")
     if kind == "flat":  # a copy of the embeddings: rebuilding beats reading it from disk
         return build_index(emb, kind="flat", progress=progress)
-    import inspect
-
-    params = inspect.signature(build_index).parameters
-    unknown = sorted(set(settings) - set(params) | ({"emb", "kind", "progress"} & set(settings)))
-    if unknown:
-        raise ConfigError(f"unknown index settings: {', '.join(unknown)}")
-    # key on every build setting (defaults filled in), so nlist=8192 and "default" agree
-    requested = {
-        "kind": kind,
-        **{
-            name: settings.get(name, p.default)
-            for name, p in params.items()
-            if name not in ("emb", "kind", "progress")
-        },
-    }
+    requested = requested_settings(kind, **settings)
     folder = index_dir(key, model_id, kind, requested)
     if (folder / INDEX_FILE).is_file():
         index = Index.load(folder)

@@ -5,7 +5,7 @@ functions (a lazy import still ties the two modules together). Layers, lowest fi
 module may import its own layer or a lower one:
 
     types, config, errors  <-  data, nn  <-  retrieval, labels, llm, features
-    <-  training, selectors  <-  eval, build, pipeline  <-  bench  <-  cli
+    <-  training, selectors, bulk  <-  eval, build, pipeline  <-  bench  <-  cli
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"types", "config", "errors", "__init__"},
     {"data", "nn"},
     {"retrieval", "labels", "llm", "features"},
-    {"training", "selectors"},
+    {"training", "selectors", "bulk"},
     {"eval", "build", "pipeline"},
     {"bench"},
     {"cli", "__main__"},

@@ -1,0 +1,496 @@
+"""The three bulk jobs on Ray: corpus encoding, question features, LLM-judge labels.
+
+Each driver plans shards over the work the caches do not hold yet, records the plan in
+a :class:`~chunksel.bulk.manifest.ShardManifest`, runs the pending shards as a Ray Data
+pipeline (:func:`chunksel.bulk.engine.run_shards`) and hands the shards to the cache the
+single-process path reads:
+
+- :func:`encode_corpus` writes ``shard_<s>.npy`` into the corpus's embedding cache folder
+  (:func:`chunksel.retrieval.embeddings.embeddings_dir`), in the layout
+  :func:`~chunksel.retrieval.embeddings.corpus_embeddings` reads with
+  ``use_precomputed=False``; :func:`sharded_ivfpq` indexes those shards.
+- :func:`extract_features` writes ``h-``/``r-`` shards into the generator's
+  :class:`~chunksel.features.store.FeatureStore` folder and registers them in its index.
+- :func:`judge_instances` writes response-cache records per shard, appends them to the
+  judge's :class:`~chunksel.llm.cache.ResponseCache`, then runs the ordinary
+  :func:`chunksel.labels.judge.label_instances`, which finds every pair cached.
+
+Shards are the single-process path's own units (4096 passages; 128 questions; pairs in
+multiples of the backend batch size), computed by the same functions with the same batch
+sizes, so the outputs are the same (see ``docs/distributed.md`` for what is compared
+exactly and what to a float tolerance).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunksel.bulk.engine import BulkJobError, run_shards
+from chunksel.bulk.manifest import (
+    ShardManifest,
+    atomic_write_text,
+    mark_done,
+    read_done,
+    read_log,
+    shard_name,
+)
+from chunksel.config import cache_root, config_hash
+from chunksel.errors import ConfigError, DataError
+from chunksel.types import Instance, Question
+
+
+@dataclass
+class JobReport:
+    """What a bulk job did in this run.
+
+    Attributes:
+        kind: ``encode``, ``features`` or ``judge``.
+        folder: the job's folder (manifest, done markers, log).
+        shards: shards in the plan.
+        computed: shards computed in this run.
+        already_done: shards found finished before this run.
+        rows: rows (passages, questions, pairs) computed in this run.
+        seconds: wall time of the Ray pipeline in this run (actor start and model loads
+            included; 0 when nothing was pending).
+        workers: actors in the pool.
+        summaries: the workers' per-shard summaries of this run.
+    """
+
+    kind: str
+    folder: Path
+    shards: int
+    computed: int = 0
+    already_done: int = 0
+    rows: int = 0
+    seconds: float = 0.0
+    workers: int = 0
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "folder": str(self.folder), "shards": self.shards,
+                "computed": self.computed, "already_done": self.already_done, "rows": self.rows,
+                "seconds": round(self.seconds, 3), "workers": self.workers}
+
+
+def _run(manifest: ShardManifest, worker_cls: type, worker_kwargs: dict[str, Any], workers: int,
+         address: str | None, progress: bool, fault: dict | None, max_retries: int,
+         cpus_per_worker: float) -> JobReport:
+    pending = manifest.pending()
+    report = JobReport(manifest.kind, manifest.folder, len(manifest), workers=workers,
+                       already_done=len(manifest) - len(pending))
+    if not pending:
+        return report
+    t0, since = time.perf_counter(), time.time()
+    kwargs = {"job": str(manifest.folder), "fault": fault, **worker_kwargs}
+    try:
+        for summary in run_shards(worker_cls, kwargs, pending, [manifest.shards[s] for s in pending],
+                                  workers=workers, address=address, progress=progress,
+                                  max_retries=max_retries, cpus_per_worker=cpus_per_worker):
+            report.summaries.append(summary)
+            if not summary.get("skipped"):
+                report.computed += 1
+                report.rows += int(summary.get("rows", 0))
+    except BulkJobError:
+        # Ray Data stops a failed job gracefully: the other workers finish the shard in
+        # hand. Wait for them, so that a re-run never computes a shard still in flight.
+        wait_for_shards_in_flight(manifest.folder, since)
+        raise
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - another user's process
+        return True
+    return True
+
+
+def wait_for_shards_in_flight(folder: Path, since: float, timeout: float = 600.0) -> list[int]:
+    """Block until every shard started in ``folder`` since ``since`` has ended.
+
+    A shard has ended when the log shows its ``done``, ``fail`` or ``skip`` after its
+    ``start``, or when its worker process (on this host) no longer exists.
+
+    Returns:
+        the shards still in flight when ``timeout`` seconds ran out (normally none).
+    """
+    import socket
+
+    host = socket.gethostname()
+    deadline = time.monotonic() + timeout
+    while True:
+        flying: dict[tuple[int, int], str] = {}
+        for ev in read_log(folder):
+            if ev.get("time", 0) < since or ev.get("shard", -1) < 0:
+                continue
+            key = (int(ev["shard"]), int(ev["pid"]))
+            if ev["event"] == "start":
+                flying[key] = ev.get("host", "")
+            else:
+                flying.pop(key, None)
+        flying = {k: h for k, h in flying.items() if h != host or _alive(k[1])}
+        if not flying or time.monotonic() > deadline:
+            return sorted({s for s, _ in flying})
+        time.sleep(0.25)
+
+
+def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _check_common(workers: int, shard_size: int) -> None:
+    if workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    if shard_size < 1:
+        raise ConfigError(f"shard size must be >= 1, got {shard_size}")
+
+
+# --------------------------------------------------------------------- encoding
+def encode_corpus(
+    corpus: Any,
+    encoder: Any,
+    *,
+    workers: int = 2,
+    address: str | None = None,
+    shard_rows: int | None = None,
+    progress: bool = True,
+    fault: dict | None = None,
+    max_retries: int = 3,
+    cpus_per_worker: float = 1,
+) -> JobReport:
+    """Encode every passage of ``corpus`` on Ray into its embedding cache shards.
+
+    Args:
+        corpus: a :class:`~chunksel.data.corpus.Corpus`.
+        encoder: the :class:`~chunksel.retrieval.encoder.Encoder` (its settings go to the
+            workers; it loads no model here).
+        workers: actors (each loads MiniLM once).
+        address: an existing Ray cluster (default: a local instance).
+        shard_rows: passages per shard (default the cache's 4096).
+        progress: Ray Data progress bars.
+        fault: a fault drill (:class:`~chunksel.bulk.workers.Fault`).
+        max_retries: restarts of a dead worker.
+        cpus_per_worker: CPUs (and torch threads) per actor.
+
+    Returns:
+        the run's :class:`JobReport`; read the embeddings with
+        ``corpus_embeddings(corpus, encoder, use_precomputed=False, shard_rows=...)`` or
+        index them with :func:`sharded_ivfpq`.
+    """
+    from chunksel.bulk.workers import EncodeWorker
+    from chunksel.retrieval.embeddings import SHARD_ROWS, corpus_key, embeddings_dir
+
+    shard_rows = shard_rows or SHARD_ROWS
+    _check_common(workers, shard_rows)
+    folder = embeddings_dir(corpus, encoder)
+    folder.mkdir(parents=True, exist_ok=True)
+    n = len(corpus)
+    meta = {"n_rows": n, "shard_rows": shard_rows, "model_id": encoder.model_id}
+    meta_file = folder / "meta.json"
+    if meta_file.is_file():
+        old = json.loads(meta_file.read_text())
+        if (old.get("n_rows"), old.get("shard_rows")) != (n, shard_rows):
+            raise ConfigError(
+                f"{folder} holds embedding shards of {old.get('shard_rows')} rows over "
+                f"{old.get('n_rows')} passages; re-run with shard_rows={old.get('shard_rows')} "
+                f"or delete {folder}"
+            )
+    atomic_write_text(meta_file, json.dumps(meta, indent=2))
+    identity = {"corpus": corpus_key(corpus), "n_rows": n, "shard_rows": shard_rows,
+                "model_id": encoder.model_id, "batch_size": encoder.batch_size,
+                "max_seq_length": encoder.max_seq_length}
+    bounds = [(lo, min(n, lo + shard_rows)) for lo in range(0, n, shard_rows)]
+    job = folder / "ray-job"
+    manifest = ShardManifest.open(job, "encode", identity,
+                                  plan=[{"lo": lo, "hi": hi} for lo, hi in bounds])
+    # a shard the single-process path already wrote is finished too
+    for s in manifest.pending():
+        lo, hi = bounds[s]
+        file = folder / f"shard_{shard_name(s)}.npy"
+        if file.is_file() and np.load(file, mmap_mode="r").shape[0] == hi - lo:
+            mark_done(job, s, {"rows": hi - lo, "found": True})
+    # payloads carry the texts; the manifest only the row ranges
+    pending = manifest.pending()
+    for s in pending:
+        lo, hi = bounds[s]
+        manifest.shards[s] = {"lo": lo, "hi": hi,
+                              "texts": [corpus.encoder_input(r) for r in range(lo, hi)]}
+    kwargs = {"out": str(folder), "model_dir": str(encoder.model_dir), "device": encoder.device,
+              "batch_size": encoder.batch_size, "max_seq_length": encoder.max_seq_length}
+    return _run(manifest, EncodeWorker, kwargs, workers, address, progress, fault, max_retries,
+                cpus_per_worker)
+
+
+def embedding_shard_files(corpus: Any, encoder: Any) -> list[Path]:
+    """The finished embedding shards of ``corpus`` (all of them, in row order).
+
+    Raises:
+        DataError: a shard is missing (run :func:`encode_corpus` first).
+    """
+    from chunksel.retrieval.embeddings import embeddings_dir
+
+    folder = embeddings_dir(corpus, encoder)
+    meta_file = folder / "meta.json"
+    if not meta_file.is_file():
+        raise DataError(f"no embedding shards for corpus {corpus.name!r} in {folder}: encode it first")
+    meta = json.loads(meta_file.read_text())
+    n_shards = -(-int(meta["n_rows"]) // int(meta["shard_rows"]))
+    files = [folder / f"shard_{shard_name(s)}.npy" for s in range(n_shards)]
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise DataError(f"{len(missing)} embedding shard(s) missing in {folder} (e.g. {missing[0]}): "
+                        "re-run the encoding job")
+    return files
+
+
+def sharded_ivfpq(corpus: Any, encoder: Any, progress: bool = True, save: bool = True,
+                  **settings: Any) -> Any:
+    """The IVF-PQ index of ``corpus`` built shard by shard from its embedding shards, saved
+    where :func:`chunksel.retrieval.index.cached_index` looks for it (so ``build --index
+    ivfpq`` reuses it)."""
+    from chunksel.bulk.ivfpq import build_ivfpq_from_shards
+    from chunksel.retrieval.embeddings import corpus_key
+    from chunksel.retrieval.index import index_dir, requested_settings
+
+    index = build_ivfpq_from_shards(embedding_shard_files(corpus, encoder), progress=progress, **settings)
+    if save:
+        folder = index_dir(corpus_key(corpus), encoder.model_id, "ivfpq",
+                           requested_settings("ivfpq", **settings))
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        index.save(folder)
+    return index
+
+
+# --------------------------------------------------------------------- features
+def extract_features(
+    questions: Sequence[Question],
+    generator: str | os.PathLike | None = None,
+    *,
+    workers: int = 2,
+    address: str | None = None,
+    batch_size: int = 32,
+    shard_size: int = 128,
+    max_tokens: int | None = None,
+    cache: str | os.PathLike | None = None,
+    model_cache: str | os.PathLike | None = None,
+    progress: bool = True,
+    fault: dict | None = None,
+    max_retries: int = 3,
+    cpus_per_worker: float = 1,
+) -> tuple[Any, JobReport]:
+    """Extract ``h`` and ``r`` of the questions the generator's feature store lacks, on Ray.
+
+    The driver loads only the tokenizer (for prompt hashes); each worker loads the
+    generator once. Questions are taken as :meth:`FeatureStore.extract` takes them (first
+    of each id; missing or stale rows), in shards of ``shard_size``.
+
+    Args:
+        questions: the questions.
+        generator: a model folder or ``.gguf`` file (default SmolLM2-135M-Instruct).
+        workers, address, progress, fault, max_retries, cpus_per_worker: as for
+            :func:`encode_corpus`.
+        batch_size, shard_size, max_tokens: as for :meth:`FeatureStore.extract`.
+        cache: cache root of the feature store (default ``$CHUNKSEL_CACHE``).
+        model_cache: cache root holding the generator (default ``cache``).
+
+    Returns:
+        ``(store, report)``: the :class:`FeatureStore` with the new shards registered.
+    """
+    from chunksel.bulk.workers import FeatureWorker
+    from chunksel.features.store import FeatureStore
+    from chunksel.llm import fetch
+    from chunksel.llm.models import load_tokenizer
+    from chunksel.llm.prompts import MAX_PROMPT_TOKENS, prompt_hash, question_prompt, template_hash
+
+    _check_common(workers, shard_size)
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    root = cache_root(cache)
+    mroot = cache_root(model_cache) if model_cache else root
+    gen_path = Path(generator).expanduser().resolve() if generator else fetch.smollm2_gguf(mroot)
+    tokenizer, gen_id = load_tokenizer(gen_path, cache=mroot)
+    limit = max_tokens or MAX_PROMPT_TOKENS
+    store = FeatureStore.open(gen_id, tokenizer, cache=root, max_tokens=limit)
+    by_id: dict[str, Question] = {}
+    for q in questions:
+        by_id.setdefault(q.id, q)
+    hashes = {qid: prompt_hash(question_prompt(tokenizer, q.text, limit).ids) for qid, q in by_id.items()}
+    identity = {"generator_id": gen_id, "template": template_hash(tokenizer, limit),
+                "max_tokens": limit, "batch_size": batch_size, "shard_size": shard_size,
+                "questions": config_hash([[q, hashes[q]] for q in by_id], 16)}
+    key = ShardManifest.job_key("features", identity)
+    job = store.root / "jobs" / key
+    plan = None
+    if not (job / "manifest.json").is_file():
+        todo = [q for q in by_id if q not in store or store.prompt_hash_of(q) != hashes[q]]
+        plan = [{"ids": list(g), "hashes": [hashes[q] for q in g]} for g in _chunks(todo, shard_size)]
+    manifest = ShardManifest.open(job, "features", identity, plan=plan)
+    prefix = f"j{key[:10]}"
+    for s in manifest.pending():
+        manifest.shards[s] = {**manifest.shards[s],
+                              "texts": [by_id[q].text for q in manifest.shards[s]["ids"]]}
+    kwargs = {"store": str(store.root), "prefix": prefix, "generator": str(gen_path),
+              "cache": str(mroot), "batch_size": batch_size, "max_tokens": limit}
+    try:
+        report = _run(manifest, FeatureWorker, kwargs, workers, address, progress, fault, max_retries,
+                      cpus_per_worker)
+    finally:
+        for s in manifest.done():  # register finished shards, in plan order, even after a failure
+            store.register(f"{prefix}-{shard_name(s)}", manifest.shards[s]["ids"], manifest.shards[s]["hashes"])
+    return store, report
+
+
+# ----------------------------------------------------------------------- labels
+class _CachedOnly:
+    """The judge as the response cache knows it (name, model id, settings), for reading
+    the cache after a Ray job; asked to compute anything it raises."""
+
+    def __init__(self, name: str, model_id: str, settings: dict[str, Any]) -> None:
+        self.name, self.model_id, self._settings = name, model_id, settings
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self._settings)
+
+    def _missing(self, *_a: Any, **_k: Any) -> Any:
+        raise DataError("a judged pair is missing from the response cache after the Ray job; "
+                        "re-run the command")
+
+    generate = choose_many = _missing
+
+
+def _judge_identity(judge: str, judge_kwargs: dict[str, Any], cache: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(worker backend kwargs, namespace)`` of a judge without loading a local model."""
+    from chunksel.llm.backends import get_backend
+
+    kwargs = dict(judge_kwargs)
+    if judge == "local":
+        from chunksel.llm import fetch
+        from chunksel.llm.models import load_tokenizer
+
+        mcache = Path(kwargs.get("cache") or cache)
+        path = kwargs.get("model_path")
+        path = Path(path).expanduser().resolve() if path else fetch.smollm2_gguf(mcache)
+        kwargs.update(model_path=str(path), cache=str(mcache))
+        _, model_id = load_tokenizer(path, cache=mcache)
+        return kwargs, {"name": "local", "model_id": model_id, "settings": {}}
+    backend = get_backend(judge, **kwargs)
+    return kwargs, {"name": backend.name, "model_id": backend.model_id, "settings": backend.settings()}
+
+
+def judge_instances(
+    instances: Sequence[Instance],
+    judge: str = "local",
+    judge_kwargs: dict[str, Any] | None = None,
+    *,
+    workers: int = 2,
+    address: str | None = None,
+    batch_size: int = 8,
+    shard_size: int = 64,
+    cache: str | os.PathLike | None = None,
+    progress: bool = True,
+    fault: dict | None = None,
+    max_retries: int = 3,
+    cpus_per_worker: float = 1,
+) -> tuple[Any, JobReport]:
+    """Judge every candidate of ``instances`` on Ray (the paper's prompt), then label them.
+
+    The pairs the judge's response cache lacks are judged by workers (each loads the
+    judge once), ``batch_size`` pairs per call as :func:`label_instances` sends them;
+    their records are appended to the response cache, and :func:`label_instances` then
+    labels the candidates from the cache alone.
+
+    Args:
+        instances: the instances (updated in place, as by :func:`label_instances`).
+        judge: backend name (``local`` or ``openai``).
+        judge_kwargs: its arguments (``model_path`` and ``cache``, the model's cache
+            root, for local; ``base_url`` / ``model`` for openai); the backend's
+            ``batch_size`` defaults to ``batch_size``.
+        workers, address, progress, fault, max_retries, cpus_per_worker: as for
+            :func:`encode_corpus`.
+        batch_size: pairs per backend call.
+        shard_size: pairs per shard, rounded up to a multiple of ``batch_size``.
+
+    Returns:
+        ``(JudgeResult, report)``.
+    """
+    from chunksel.bulk.workers import JudgeWorker
+    from chunksel.labels.judge import (
+        JUDGE_DEFAULT,
+        JUDGE_OPTIONS,
+        JUDGE_PROMPT,
+        judge_prompt,
+        label_instances,
+        pair_id,
+    )
+    from chunksel.llm.backends import Choice
+    from chunksel.llm.cache import ResponseCache
+    from chunksel.llm.cache import prompt_hash as llm_prompt_hash
+
+    _check_common(workers, shard_size)
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    shard_size = -(-shard_size // batch_size) * batch_size
+    root = cache_root(cache)
+    kwargs = dict(judge_kwargs or {})
+    if judge == "local":
+        kwargs.setdefault("batch_size", batch_size)
+    kwargs, ns = _judge_identity(judge, kwargs, root)
+    names = _CachedOnly(ns["name"], ns["model_id"], ns["settings"])
+    settings = {"options": list(JUDGE_OPTIONS), "default": JUDGE_DEFAULT}
+    prompts: dict[str, str] = {}
+    hashes: dict[str, str] = {}
+    for inst in instances:
+        for c in inst.candidates:
+            i = pair_id(inst, c)
+            if i not in prompts:
+                prompts[i] = judge_prompt(inst.question.text, c.text)
+                hashes[i] = llm_prompt_hash(prompts[i])
+    with ResponseCache.for_backend(names, task="choose", template=JUDGE_PROMPT, settings=settings,
+                                   cache=root, fsync=False) as rc:
+        misses = [i for i in hashes if rc.get(i, hashes[i]) is None]
+        cache_file = rc.path
+    identity = {"cache": str(cache_file.relative_to(root)), "batch_size": batch_size,
+                "shard_size": shard_size, "pairs": config_hash([[i, hashes[i]] for i in hashes], 16)}
+    key = ShardManifest.job_key("judge", identity)
+    job = root / "bulk" / "judge" / key
+    plan = None
+    if not (job / "manifest.json").is_file():
+        plan = [{"ids": list(g), "hashes": [hashes[i] for i in g]} for g in _chunks(misses, shard_size)]
+    manifest = ShardManifest.open(job, "judge", identity, plan=plan)
+    for s in manifest.pending():
+        manifest.shards[s] = {**manifest.shards[s], "prompts": [prompts[i] for i in manifest.shards[s]["ids"]]}
+    wkw = {"backend": judge, "backend_kwargs": kwargs, "options": list(JUDGE_OPTIONS),
+           "default": JUDGE_DEFAULT, "batch_size": batch_size}
+    try:
+        report = _run(manifest, JudgeWorker, wkw, workers, address, progress, fault, max_retries,
+                      cpus_per_worker)
+    finally:  # hand every finished shard to the response cache, even after a failure
+        with ResponseCache.for_backend(names, task="choose", template=JUDGE_PROMPT, settings=settings,
+                                       cache=root) as rc:
+            for s in manifest.done():
+                info = read_done(job, s)
+                if info.get("model_id") not in (None, ns["model_id"]) or info.get("settings", {}) != ns["settings"]:
+                    raise DataError(f"shard {s} of {job} was judged by {info.get('model_id')!r} "
+                                    f"with settings {info.get('settings')}, not {ns['model_id']!r}")
+                for line in (job / f"shard-{shard_name(s)}.jsonl").read_text(encoding="utf-8").splitlines():
+                    rec = json.loads(line)
+                    if rc.get(rec["id"], rec["prompt"]) is None:
+                        rc.put(rec["id"], rec["prompt"], Choice.from_dict(rec["result"]))
+    result = label_instances(instances, names, batch_size=batch_size, cache=root, progress=False)
+    return result, report
+
+
+__all__ = ["JobReport", "embedding_shard_files", "encode_corpus", "extract_features",
+           "judge_instances", "sharded_ivfpq"]

@@ -1,0 +1,93 @@
+"""Shard manifests (no Ray): plans, done markers, the event log, refusing another job."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from chunksel.bulk.manifest import ShardManifest, is_done, log_event, mark_done
+from chunksel.errors import ConfigError, DataError, MissingExtraError
+
+
+def test_plan_is_kept_and_progress_read_from_markers(tmp_path):
+    ident = {"model": "m", "shard_rows": 2}
+    man = ShardManifest.open(tmp_path / "job", "encode", ident, plan=[{"lo": 0, "hi": 2}, {"lo": 2, "hi": 3}])
+    assert len(man) == 2 and man.pending() == [0, 1] and man.done() == []
+    mark_done(man.folder, 1, {"rows": 1})
+    log_event(man.folder, "done", 1, rows=1)
+    # a re-run keeps the stored plan, whatever plan it brings
+    again = ShardManifest.open(tmp_path / "job", "encode", ident, plan=[{"lo": 0, "hi": 3}])
+    assert again.shards == man.shards and again.pending() == [0] and again.done() == [1]
+    assert is_done(again.folder, 1) and again.computed_counts() == {0: 0, 1: 1}
+    assert again.key == ShardManifest.job_key("encode", ident)
+
+
+def test_another_job_or_setting_is_refused(tmp_path):
+    ShardManifest.open(tmp_path, "encode", {"shard_rows": 2}, plan=[])
+    with pytest.raises(ConfigError, match="shard_rows"):
+        ShardManifest.open(tmp_path, "encode", {"shard_rows": 4}, plan=[])
+    with pytest.raises(ConfigError, match="kind 'encode'"):
+        ShardManifest.open(tmp_path, "features", {"shard_rows": 2}, plan=[])
+    with pytest.raises(DataError, match="no shard manifest"):
+        ShardManifest.open(tmp_path / "other", "encode", {"shard_rows": 2})
+
+
+def test_torn_log_line_is_skipped(tmp_path):
+    man = ShardManifest.open(tmp_path, "judge", {}, plan=[{"ids": ["a"]}])
+    log_event(tmp_path, "done", 0)
+    with open(tmp_path / "log.jsonl", "a") as fh:
+        fh.write('{"event": "done", "sha')  # a writer killed mid-line
+    assert man.computed_counts() == {0: 1}
+
+
+def test_missing_ray_names_the_extra(monkeypatch):
+    from chunksel.bulk.engine import require_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MissingExtraError, match=r"chunksel\[ray\]"):
+        require_ray()
+
+
+def test_cli_takes_the_ray_options():
+    from chunksel.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["features", "--dataset", "nq", "--ray", "--workers", "3"])
+    assert args.ray and args.workers == 3 and args.ray_address is None
+    args = parser.parse_args(["label", "--dataset", "nq", "--judge", "local", "--ray-address", "auto"])
+    assert args.ray_address == "auto"
+    args = parser.parse_args(["embed", "--corpus", "x.tsv", "--index", "ivfpq", "--shard-rows", "100"])
+    assert not args.ray and args.shard_rows == 100
+
+
+def test_cli_refuses_zero_workers(capsys):
+    from chunksel.cli import main
+
+    assert main(["embed", "--corpus", "x.tsv", "--ray", "--workers", "0"]) == 2
+    assert "--workers must be >= 1" in capsys.readouterr().err
+
+
+def test_wait_for_shards_in_flight(tmp_path):
+    """A started shard has ended once logged done/fail, or once its process is gone."""
+    import json
+    import os
+    import socket
+    import time
+
+    from chunksel.bulk.jobs import wait_for_shards_in_flight
+
+    now = time.time()
+    dead = 2**22 + 12345  # above the default pid_max: no such process
+    events = [("start", 0, os.getpid()), ("done", 0, os.getpid()), ("start", 1, os.getpid()),
+              ("fail", 1, os.getpid()), ("start", 2, dead)]
+    with open(tmp_path / "log.jsonl", "w") as fh:
+        for ev, shard, pid in events:
+            fh.write(json.dumps({"event": ev, "shard": shard, "pid": pid, "host": socket.gethostname(),
+                                 "time": now}) + "\n")
+    t0 = time.monotonic()
+    assert wait_for_shards_in_flight(tmp_path, now - 1, timeout=5) == []
+    assert time.monotonic() - t0 < 1
+    # a live worker still on shard 3 is waited for, up to the timeout
+    log_event(tmp_path, "start", 3)
+    assert wait_for_shards_in_flight(tmp_path, now - 1, timeout=0.3) == [3]

@@ -262,6 +262,29 @@ def paired(per_seed: dict[str, list[dict[str, Any]]], a: str, b: str) -> dict[st
     return out
 
 
+def signal_check(rows: list[dict[str, Any]], resamples: int = 10000) -> dict[str, Any] | None:
+    """Does the answer metric see the gold passage at all? Over the random selector's
+    picks (all seeds pooled; the gold passage is among them about k/n of the time): the
+    mean score with and without the gold passage among the chosen chunks, and their
+    difference with a bootstrap interval (questions resampled within each group)."""
+    if not rows or not all("per_question" in r for r in rows):
+        return None
+    gold = np.concatenate([np.asarray(r["per_question"]["gold_in_selection"], float) for r in rows]) > 0
+    out: dict[str, Any] = {"with_gold": int(gold.sum()), "without_gold": int((~gold).sum())}
+    if gold.all() or not gold.any():
+        return out
+    rng = np.random.default_rng(0)
+    for metric in ("relaxed_f1", "bertscore_f1", "exact_match"):
+        v = np.concatenate([np.asarray(r["per_question"][metric], float) for r in rows])
+        a, b = v[gold], v[~gold]
+        boots = (a[rng.integers(len(a), size=(resamples, len(a)))].mean(1)
+                 - b[rng.integers(len(b), size=(resamples, len(b)))].mean(1))
+        out[metric] = {"with_gold": float(a.mean()), "without_gold": float(b.mean()),
+                       "diff": float(a.mean() - b.mean()),
+                       "lo": float(np.percentile(boots, 2.5)), "hi": float(np.percentile(boots, 97.5))}
+    return out
+
+
 #: the paired comparisons reported (a, b): a - b
 COMPARISONS = [("sras", "supervised"), ("sras", "retrieval"), ("supervised", "retrieval"),
                ("sras", "random"), ("supervised", "random"), ("retrieval", "random"),
@@ -523,6 +546,7 @@ def write_report(results: dict[str, Any], out_dir: Path, json_path: str) -> Path
         f"NoRS {verdict(comps.get(('nors', 'sras')), 'relaxed_f1')}; "
         f"NoCL {verdict(comps.get(('nocl', 'sras')), 'relaxed_f1')}.",
         "",
+        *_signal_lines(results.get("signal_check", {})),
         "NOTES_PLACEHOLDER",
         "",
         "## Reward curves",
@@ -613,6 +637,23 @@ def write_report(results: dict[str, Any], out_dir: Path, json_path: str) -> Path
     path = out_dir / "report.md"
     path.write_text(text)
     return path
+
+
+def _signal_lines(checks: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, name in (("nq", "NQ, k = 3"), ("squad2", "SQuAD v2, k = 1")):
+        c = checks.get(key)
+        if not c or "relaxed_f1" not in c:
+            continue
+        if not lines:
+            lines += ["**Does the answer metric see the gold passage?** Over the random selector's picks (seeds "
+                      "pooled), the mean score with the gold passage among the chosen chunks minus the mean "
+                      "without it (95% bootstrap interval):", ""]
+        parts = [f"{m} {c[m]['with_gold']:.3f} vs {c[m]['without_gold']:.3f}, "
+                 f"{c[m]['diff']:+.3f} [{c[m]['lo']:+.3f}, {c[m]['hi']:+.3f}]"
+                 for m in ("relaxed_f1", "bertscore_f1", "exact_match")]
+        lines.append(f"- {name} ({c['with_gold']} with gold, {c['without_gold']} without): " + "; ".join(parts) + ".")
+    return [*lines, ""] if lines else []
 
 
 def _ppo_steps(results: dict[str, Any]) -> str:
@@ -791,6 +832,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name, rows in squad_seed.items():
         results["squad2"][name] = summarise(rows)
     results["question_intervals"] = {"nq": question_intervals(per_seed), "squad2": question_intervals(squad_seed)}
+    results["signal_check"] = {"nq": signal_check(per_seed.get("random", [])),
+                               "squad2": signal_check(squad_seed.get("random", []))}
     results["comparisons"] = {
         "nq": [c for a, b in COMPARISONS if (c := paired(per_seed, a, b))],
         "squad2": [c for a, b in COMPARISONS if (c := paired(squad_seed, a, b))],

@@ -230,35 +230,40 @@ def question_intervals(per_seed: dict[str, list[dict[str, Any]]]) -> dict[str, A
     return out
 
 
+def _by_seed(rows: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    return {r.get("seed"): r for r in rows}
+
+
 def paired(per_seed: dict[str, list[dict[str, Any]]], a: str, b: str) -> dict[str, Any] | None:
-    """``a - b`` per question on the same test questions: the seed-averaged difference
-    with a paired bootstrap interval over questions, and the per-seed mean differences
-    with a t-interval over seeds (a deterministic ``b`` is reused for every seed)."""
+    """``a - b`` per question on the same test questions, over the seeds both ran (a
+    deterministic selector, seed ``None``, is reused for every seed of the other): the
+    seed-averaged difference with a paired bootstrap interval over questions, and the
+    per-seed mean differences with a t-interval over seeds."""
     if a not in per_seed or b not in per_seed:
         return None
-    ra, rb = per_seed[a], per_seed[b]
-    if not all("per_question" in r for r in ra + rb):
+    ra, rb = _by_seed(per_seed[a]), _by_seed(per_seed[b])
+    if not all("per_question" in r for r in [*ra.values(), *rb.values()]):
         return None
-    out: dict[str, Any] = {"a": a, "b": b}
+    if None in ra and None in rb:
+        pairs = [(ra[None], rb[None])]
+    elif None in rb:
+        pairs = [(r, rb[None]) for r in ra.values()]
+    elif None in ra:
+        pairs = [(ra[None], r) for r in rb.values()]
+    else:
+        pairs = [(ra[s], rb[s]) for s in ra if s in rb]
+    if not pairs:
+        return None
+    out: dict[str, Any] = {"a": a, "b": b, "seeds": len(pairs)}
     for metric in ("relaxed_f1", "bertscore_f1", "exact_match", "gold_in_selection"):
-        xa, xb = per_question(ra, metric), per_question(rb, metric)
-        if len(xb) == 1:
-            xb = np.repeat(xb, len(xa), axis=0)
-        if len(xa) == 1:
-            xa = np.repeat(xa, len(xb), axis=0)
-        s = min(len(xa), len(xb))
-        d = xa[:s] - xb[:s]
+        d = np.array([np.subtract(x["per_question"][metric], y["per_question"][metric]) for x, y in pairs], float)
         lo, hi = bootstrap_mean(d.mean(0))
         out[metric] = {"diff": float(d.mean()), "question_lo": lo, "question_hi": hi,
                        "seeds": interval(list(d.mean(1)))}
     # how often the two pick the very same chunks (same seed)
-    pa = [r["per_question"]["picks"] for r in ra]
-    pb = [r["per_question"]["picks"] for r in rb]
-    if len(pb) == 1:
-        pb = pb * len(pa)
-    if len(pa) == 1:
-        pa = pa * len(pb)
-    out["same_picks"] = float(np.mean([np.mean([x == y for x, y in zip(sa, sb)]) for sa, sb in zip(pa, pb)]))
+    out["same_picks"] = float(np.mean([np.mean([p == q for p, q in zip(x["per_question"]["picks"],
+                                                                      y["per_question"]["picks"])])
+                                       for x, y in pairs]))
     return out
 
 
@@ -288,7 +293,8 @@ def signal_check(rows: list[dict[str, Any]], resamples: int = 10000) -> dict[str
 #: the paired comparisons reported (a, b): a - b
 COMPARISONS = [("sras", "supervised"), ("sras", "retrieval"), ("supervised", "retrieval"),
                ("sras", "random"), ("supervised", "random"), ("retrieval", "random"),
-               ("nosw", "sras"), ("nors", "sras"), ("nocl", "sras"), ("nosw", "random")]
+               ("nosw", "sras"), ("nors", "sras"), ("nocl", "sras"), ("nosw", "random"),
+               ("nosw", "supervised"), ("nors", "supervised"), ("nocl", "supervised")]
 
 
 # ------------------------------------------------------------------ latency
@@ -472,7 +478,8 @@ def write_report(results: dict[str, Any], out_dir: Path, json_path: str) -> Path
         f"{ppo_q.get('sras', ['?'])[0]} questions** (a seeded sample), batch 8, lr 1e-5, clip 0.2, 4 updates per batch |",
         f"| Test questions | 300 | {data['test']} |",
         f"| SQuAD v2 zero-shot | 250 pairs | {data['squad2']} answerable pairs |",
-        f"| Seeds | one run | {len(seeds)} training seeds ({', '.join(map(str, seeds))}) |",
+        f"| Seeds | one run | {len(seeds)} training seeds ({', '.join(map(str, seeds))}) for the main rows; "
+        f"the ablations on {_seed_list(cfg.get('ablation_seeds', seeds))} |",
         "",
         "The PPO budget is the big cut: every PPO step needs an answer from the generator (about 3 s each on one "
         "shared CPU core here), so the paper's 25 epochs were out of reach. "
@@ -524,8 +531,9 @@ def write_report(results: dict[str, Any], out_dir: Path, json_path: str) -> Path
         "| :--- | ---: | ---: | ---: | ---: |",
     ]
     for (a, b), c in comps.items():
-        lines.append(f"| {DISPLAY.get(a, a)} − {DISPLAY.get(b, b)} | {_diff(c, 'relaxed_f1')} | "
-                     f"{_diff(c, 'bertscore_f1')} | {_diff(c, 'gold_in_selection')} | {c['same_picks']:.0%} |")
+        lines.append(f"| {DISPLAY.get(a, a)} − {DISPLAY.get(b, b)} ({c.get('seeds', '?')} seeds) | "
+                     f"{_diff(c, 'relaxed_f1')} | {_diff(c, 'bertscore_f1')} | {_diff(c, 'gold_in_selection')} | "
+                     f"{c['same_picks']:.0%} |")
     lines += [
         "",
         "## What the intervals say",
@@ -656,6 +664,10 @@ def _signal_lines(checks: dict[str, Any]) -> list[str]:
     return [*lines, ""] if lines else []
 
 
+def _seed_list(seeds: list[int]) -> str:
+    return f"seed {seeds[0]} only" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
+
+
 def _ppo_steps(results: dict[str, Any]) -> str:
     rows = results.get("training", {}).get("sras", [])
     calls = sorted({t.get("reward_calls") or 0 for t in rows})
@@ -699,6 +711,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ppo-questions", type=int, default=None, help="PPO budget in questions (default: all training)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated training seeds")
     p.add_argument("--variants", default="sras,nosw,nors,nocl", help="SRAS variants to train")
+    p.add_argument("--ablation-seeds", default=None,
+                   help="seeds on which the ablations (nosw, nors, nocl) run (default: every seed)")
     p.add_argument("--data-seed", type=int, default=0, help="seeds the random distractors")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--generator", default=None, help="generator folder or .gguf (default SmolLM2)")
@@ -735,6 +749,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from chunksel.training.rewards import AnswerGenerator, QAReward
 
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    ablation_seeds = seeds if args.ablation_seeds is None else \
+        [int(s) for s in args.ablation_seeds.split(",") if s.strip()]
     variants = [v for v in args.variants.split(",") if v.strip()]
     bad = set(variants) - set(VARIANTS)
     if bad:
@@ -790,7 +806,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return sel, sel.summary_, folder
 
     results: dict[str, Any] = {
-        "config": {**vars(args), "seeds": seeds, "variants": variants, "work": str(work),
+        "config": {**vars(args), "seeds": seeds, "variants": variants, "ablation_seeds": ablation_seeds,
+                   "work": str(work),
                    "generator": None, "bertscore_model": bertscore.model_id},
         "data": {"train": len(train), "test": len(test), "squad2": len(squad),
                  "cosine_gold_at_1": float(np.mean([i.candidates[0].labels["gold"] for i in test])) if test else None},
@@ -805,7 +822,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # evaluation files are named after what made the picks (a trained model: its folder,
         # whose name hashes its settings), so a changed budget never reuses stale scores
         tags = {"retrieval": "retrieval", "random": f"random-s{seed}"}
-        for name in ["supervised", *variants]:
+        for name in ["supervised", *(v for v in variants if v == "sras" or seed in ablation_seeds)]:
             sel, summary, folder = trained(name, seed)
             sels[name], tags[name] = sel, folder.name
             if name != "supervised":
@@ -819,12 +836,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 continue  # deterministic: one evaluation, no interval
             tag = tags[name]
             log(f"evaluating {name} seed {seed} on {len(test)} test questions")
-            per_seed.setdefault(name, []).append(evaluate(sel, test, args.k, evaluator, ev / f"nq-k{args.k}-{tag}.json"))
+            run_seed = None if name == "retrieval" else seed
+            per_seed.setdefault(name, []).append(
+                {**evaluate(sel, test, args.k, evaluator, ev / f"nq-k{args.k}-{tag}.json"), "seed": run_seed})
             if squad and name in ("retrieval", "random", "sras"):
                 if name == "retrieval" and name in squad_seed:
                     continue
                 squad_seed.setdefault(name, []).append(
-                    evaluate(sel, squad, args.squad_k, evaluator, ev / f"squad2-k{args.squad_k}-{tag}.json"))
+                    {**evaluate(sel, squad, args.squad_k, evaluator, ev / f"squad2-k{args.squad_k}-{tag}.json"),
+                     "seed": run_seed})
         write_json(Path(args.out).with_suffix(".partial.json"), results)
     for name, rows in per_seed.items():
         table = "ablations" if name in ("nosw", "nors", "nocl") else "main"

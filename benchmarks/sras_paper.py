@@ -630,7 +630,8 @@ def write_report(results: dict[str, Any], out_dir: Path, json_path: str) -> Path
         "",
         "## Compute used",
         "",
-        "PPO wall time (all seeds): " + ", ".join(f"{DISPLAY.get(n, n)} {s / 60:.1f} min" for n, s in train_s.items()
+        "PPO wall time recorded by the training runs, all seeds (a selector retrained from cached answers "
+        "records only its own, short, time): " + ", ".join(f"{DISPLAY.get(n, n)} {s / 60:.1f} min" for n, s in train_s.items()
                                                     if s) + ".",
     ]
     for h in hist:
@@ -693,6 +694,8 @@ def _cli(cfg: dict[str, Any]) -> str:
     if cfg.get("data_seed"):
         parts.append(f"--data-seed {cfg['data_seed']}")
     parts.append(f"--seeds {','.join(map(str, cfg['seeds']))}")
+    if cfg.get("ablation_seeds") and cfg["ablation_seeds"] != cfg["seeds"]:
+        parts.append(f"--ablation-seeds {','.join(map(str, cfg['ablation_seeds']))}")
     return " ".join(parts)
 
 

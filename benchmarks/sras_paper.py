@@ -360,7 +360,8 @@ def plot(results: dict[str, Any], out_dir: Path) -> list[str]:
                 width = min(len(c) for c in per_seed)
                 arr = np.array([c[:width] for c in per_seed])
                 x = np.arange(1, width + 1)
-                line, = ax.plot(x, arr.mean(0), lw=1.2, label=f"{DISPLAY.get(name, name)} (per batch)")
+                line, = ax.plot(x, arr.mean(0), lw=1.2,
+                                label=f"{DISPLAY.get(name, name)} (per batch, {len(arr)} seed{'s' * (len(arr) > 1)})")
                 if len(arr) > 1:
                     ax.fill_between(x, arr.min(0), arr.max(0), alpha=0.15, color=line.get_color())
                 # the epoch means, placed at each epoch's last batch
@@ -371,8 +372,7 @@ def plot(results: dict[str, Any], out_dir: Path) -> list[str]:
             ax.set_xlabel("PPO rollout batch (8 questions)")
             ax.set_ylabel(ylabel)
             ax.legend(fontsize=7)
-        n_seeds = len(results["config"]["seeds"])
-        fig.suptitle(f"Mean sampled reward during PPO (mean of {n_seeds} seeds; band: min-max over seeds)")
+        fig.suptitle("Mean sampled reward during PPO (mean over the seeds each variant ran; band: min-max over seeds)")
         fig.tight_layout()
         path = out_dir / "reward_curves.png"
         fig.savefig(path, dpi=120)

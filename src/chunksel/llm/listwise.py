@@ -38,9 +38,13 @@ selections (the paper prepends new selections to the queue; it never removes fro
   pseudo-answer kept (the text's own selection is parsed and its repairs are counted
   under ``text_repairs``, for the record); then every passage of the window is put to the
   model with the question and that pseudo-answer (:func:`keep_prompt`) as a fixed-option
-  decision, ``backend.choose_many(prompts, ["Yes", "No"])``: a passage is kept when
-  ``log p(Yes) > log p(No)``. Kept passages enter the queue in window order. So a small
-  model always produces a valid selection, possibly empty. For ``rankgpt`` the local
+  decision, ``backend.choose_many(prompts, ["Yes", "No"])``. A passage is kept when its
+  log-odds ``log p(Yes) - log p(No)`` exceed those of a content-free passage (``"N/A"``)
+  put to the model with the same question and pseudo-answer (contextual calibration, one
+  more choice per window: SmolLM2-135M answers this prompt No at p(Yes) 0.2-0.45 for
+  every passage, so the plain argmax would select nothing; ``calibrate=False`` uses the
+  plain ``log p(Yes) > log p(No)``). Kept passages enter the queue in window order. So a
+  small model always produces a valid selection, possibly empty. For ``rankgpt`` the local
   backend generates the permutation (``read="text"``) like any other backend; the repair
   rules make any output a valid ranking.
 
@@ -60,6 +64,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -100,6 +105,8 @@ KEEP_USER = (
     "Is this passage useful for answering the question? Answer only with Yes or No."
 )
 KEEP_OPTIONS = ("Yes", "No")
+#: the content-free passage of the calibrated keep/skip read
+CONTENT_FREE = "N/A"
 
 #: the template text that keys each task's response-cache namespace
 RANK_TEMPLATE = RANK_SYSTEM + "\n" + RANK_USER
@@ -472,6 +479,16 @@ class _Calls:
         return out  # type: ignore[return-value]
 
 
+def _margin(choice: Choice) -> float:
+    """``log p(Yes) - log p(No)`` of a keep/skip choice (+-inf-safe; text choices: +-1)."""
+    if choice.logprobs is None:
+        return 1.0 if choice.option == KEEP_OPTIONS[0] else -1.0
+    yes, no = choice.logprobs
+    if yes == no:
+        return 0.0
+    return yes - no if math.isfinite(yes) and math.isfinite(no) else (math.inf if yes > no else -math.inf)
+
+
 def _ids_key(question_id: str, ids: Sequence[str]) -> str:
     digest = hashlib.sha256("\x1f".join(ids).encode()).hexdigest()[:16]
     return f"{question_id}::{len(ids)}::{digest}"
@@ -500,13 +517,16 @@ class ListwiseLLM:
         max_new_tokens: generation budget per call (rankgpt: the permutation; utility:
             pseudo-answer and selection).
         max_passage_words: each passage is cut to this many words in the prompt.
+        calibrate: ``read="logprobs"``: keep a passage when its Yes-No log-odds exceed
+            those of the content-free passage ``"N/A"`` under the same question and
+            pseudo-answer (one more choice per window), instead of exceeding 0.
         cache: response-cache root (default ``$CHUNKSEL_CACHE``).
         fsync: ``fsync`` every cached answer.
     """
 
     def __init__(self, backend: LLMBackend, *, window: int = 20, step: int = 10, carry: int = 10,
                  read: str | None = None, max_new_tokens: int = 128, max_passage_words: int | None = 120,
-                 cache: Any = None, fsync: bool = True) -> None:
+                 calibrate: bool = True, cache: Any = None, fsync: bool = True) -> None:
         if read not in (None, "text", "logprobs"):
             raise ConfigError(f"read must be 'text' or 'logprobs', got {read!r}")
         rank_windows(1, window, step)  # validates window/step
@@ -518,6 +538,7 @@ class ListwiseLLM:
         self.read = read or ("logprobs" if getattr(backend, "name", "") == "local" else "text")
         self.max_new_tokens = max_new_tokens
         self.max_passage_words = max_passage_words
+        self.calibrate = calibrate
         self._calls = _Calls(backend, max_new_tokens, cache, fsync)
 
     def close(self) -> None:
@@ -567,14 +588,18 @@ class ListwiseLLM:
                 run.repairs.add(parsed.repairs)
                 return [win[i] for i in parsed.selected]
             run.text_repairs.add(parsed.repairs)
-            items = [f"keep::{question_id}::{hashlib.sha256(parsed.answer.encode()).hexdigest()[:12]}"
-                     f"::{ids[p]}" for p in win]
+            stem = f"keep::{question_id}::{hashlib.sha256(parsed.answer.encode()).hexdigest()[:12]}"
+            items = [f"{stem}::{ids[p]}" for p in win]
             prompts = [keep_prompt(question, parsed.answer, texts[p]) for p in win]
+            if self.calibrate:
+                items.append(f"{stem}::{CONTENT_FREE}")
+                prompts.append(keep_prompt(question, parsed.answer, CONTENT_FREE))
             choices = self._calls.choose(run, items, prompts, KEEP_TEMPLATE, KEEP_OPTIONS, "No")
+            base = _margin(choices.pop()) if self.calibrate else 0.0
             for c in choices:
                 if not c.parsed:
                     run.repairs.unparsed += 1
-            return [p for p, c in zip(win, choices) if c.parsed and c.option == KEEP_OPTIONS[0]]
+            return [p for p, c in zip(win, choices) if c.parsed and _margin(c) > base]
 
         queue, windows = plan_utility(len(texts), one_window, self.window, self.carry)
         run.order, run.windows, run.k, run.empty = queue, windows, len(queue), not queue

@@ -9,7 +9,8 @@ how the local backend reads its decisions: see that module). Settings:
   default SmolLM2-135M-Instruct), ``"openai"`` (``base_url`` and ``model`` = the server's
   model name) or any name registered with :func:`chunksel.llm.backends.register_backend`.
 - ``window`` / ``step`` / ``carry``: 20 / 10 / 10 as in the paper.
-- ``read``: ``None`` (local: log-probabilities, else text), ``"text"`` or ``"logprobs"``.
+- ``read``: ``None`` (local: log-probabilities, else text), ``"text"`` or ``"logprobs"``;
+  ``calibrate``: the logprobs read's content-free calibration (on by default).
 
 Scores (the :class:`~chunksel.selectors.base.Selector` contract, so both work at any K in
 the main harness, K = 5 included): ``rankgpt`` scores each candidate by its place in the
@@ -46,7 +47,7 @@ class _ListwiseSelector(Selector):
     def __init__(self, backend: str = "local", model: str | None = None, base_url: str | None = None,
                  window: int = 20, step: int = 10, carry: int = 10, read: str | None = None,
                  max_new_tokens: int = 128, max_passage_words: int | None = 120,
-                 progress: bool = True) -> None:
+                 calibrate: bool = True, progress: bool = True) -> None:
         self.backend = backend
         self.model = model
         self.base_url = base_url
@@ -56,6 +57,7 @@ class _ListwiseSelector(Selector):
         self.read = read
         self.max_new_tokens = max_new_tokens
         self.max_passage_words = max_passage_words
+        self.calibrate = calibrate
         self.progress = progress
 
     # ----------------------------------------------------------- the backend
@@ -77,7 +79,7 @@ class _ListwiseSelector(Selector):
             self._runner = ListwiseLLM(
                 backend, window=self.window, step=self.step, carry=self.carry, read=self.read,
                 max_new_tokens=self.max_new_tokens, max_passage_words=self.max_passage_words,
-                cache=os.environ.get("CHUNKSEL_CACHE") or None)
+                calibrate=self.calibrate, cache=os.environ.get("CHUNKSEL_CACHE") or None)
         return self._runner
 
     def _make_backend(self) -> Any:

@@ -182,6 +182,15 @@ def part_distill(args, backend) -> dict:
            "dataset_label": own, "teacher": res.teacher, "teacher_summary": res.summary(),
            "sidecar": str(sidecar), "student": "anchored, blocks q+chunk (retriever embeddings only)",
            "students": {}}
+    runs = {r.question_id: r for r in res.runs}
+    picks = [list(runs[i.id].order) for i in train + test]
+    out["teacher_at_k5"] = {
+        "evidence_vs_gold": evidence(train + test, picks, "gold"),
+        "evidence_vs_containment": evidence(train + test, picks, "containment"),
+        "retrieval_top1_vs_gold": evidence(train + test, [[0] for _ in picks], "gold"),
+        "k_distribution": dict(sorted(Counter(len(p) for p in picks).items())),
+        "cost": cost(res.runs),
+    }
     for name in ("containment", "gold"):
         agree = [int(c.labels["utility"] == int(c.is_positive(name))) for i in test for c in i.candidates]
         out[f"teacher_vs_{name}_agreement_test_pairs"] = round(float(np.mean(agree)), 4)
@@ -239,6 +248,10 @@ def markdown(doc: dict) -> str:
         lines += [f"## Distillation: {dist['dataset']} K=5, {dist['train_questions']} train / "
                   f"{dist['test_questions']} test questions, student {dist['student']}", "",
                   f"Teacher {dist['teacher']}: {dist['teacher_summary']}", "",
+                  f"Teacher at K=5 ({dist['train_questions'] + dist['test_questions']} questions): evidence vs "
+                  f"gold {dist['teacher_at_k5']['evidence_vs_gold']}; k distribution "
+                  f"{dist['teacher_at_k5']['k_distribution']}; retrieval top-1 vs gold "
+                  f"{dist['teacher_at_k5']['retrieval_top1_vs_gold']}", "",
                   "Rank-1 accuracy / MRR on the answerable test questions under each label set "
                   "(answerable counts differ per label set).", "",
                   "| student trained on | utility labels | containment labels | gold (supporting paragraphs) |",

@@ -145,7 +145,7 @@ def part_select(args, backend) -> dict:
             "cost": {"rankgpt": cost(rank_runs), "utility": cost(util_runs)},
             "runs": {"rankgpt": [r.to_dict() for r in rank_runs], "utility": [r.to_dict() for r in util_runs]},
         }
-        if not args.no_answers:
+        if not args.no_answers and (args.answer_datasets is None or ds in args.answer_datasets):
             stage(f"{ds}: answers")
             table = answer_table(insts, picks, generator=backend, references=("no_context",), label="gold",
                                  max_new_tokens=32, noreuse_pairs=0, progress=False, keep_answers=False)
@@ -276,6 +276,8 @@ def main() -> None:
     ap.add_argument("--read", default=None, choices=["text", "logprobs"], help="utility's read (default: logprobs locally)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--no-answers", action="store_true")
+    ap.add_argument("--answer-datasets", nargs="+", default=None,
+                    help="the datasets that get the answer table (default: every one)")
     ap.add_argument("--distill-dataset", default="hotpotqa")
     ap.add_argument("--distill-train", type=int, default=60)
     ap.add_argument("--distill-test", type=int, default=30)

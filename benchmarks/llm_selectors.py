@@ -156,6 +156,7 @@ def part_select(args, backend) -> dict:
         RESULTS.with_suffix(".partial.json").write_text(json.dumps(out, indent=1))
     llm_text.close()
     llm_util.close()
+    RESULTS.with_suffix(".partial.json").unlink(missing_ok=True)
     return out
 
 

@@ -255,12 +255,14 @@ def _with_label(built: Built, label: str | None) -> Built:
     for src in parse_label_spec(label):
         if src not in seen:
             hint = (f"; judge it first: chunksel label --dataset {built.dataset} --judge local"
-                    if src.startswith("semantic") else "")
+                    if src.startswith("semantic") else
+                    f"; label it first: chunksel label --dataset {built.dataset} --source utility --judge local"
+                    if src.startswith("utility") else "")
             raise ConfigError(
                 f"label source {src!r} is on no candidate of {built.dataset} "
                 f"(sources here: {', '.join(sorted(seen)) or 'none'}){hint}"
             )
-        if src.startswith("semantic"):
+        if src.split("@")[0] in ("semantic", "utility"):  # LLM labels from sidecars
             from chunksel.labels.judge import missing_labels
 
             missing = missing_labels(built.instances, src)

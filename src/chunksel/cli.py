@@ -117,9 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder", help="a report folder (holding results.json)")
     p.add_argument("--out", default=None, help="write into this folder instead (default: the same one)")
 
-    p = sub.add_parser("select", help="select chunk(s) for a question with any saved selector")
+    p = sub.add_parser("select", help="select chunk(s) for a question with any saved selector, or an LLM selector")
     _common(p)
-    p.add_argument("--model", required=True, help="a saved selector directory")
+    p.add_argument("--model", default=None, help="a saved selector directory")
+    p.add_argument("--selector", default=None, choices=["rankgpt", "utility"],
+                   help="instead of --model: an LLM selector (utility returns its own dynamic k; rankgpt the --top)")
+    p.add_argument("--llm", default="local", metavar="local|URL",
+                   help="with --selector: local (SmolLM2 unless --llm-model) or an OpenAI-compatible base URL")
+    p.add_argument("--llm-model", default=None, help="with --selector: local model path, or the server's model name")
     p.add_argument("--question", required=True)
     p.add_argument("--chunk", action="append", default=[], help="a candidate chunk text (repeatable)")
     p.add_argument("--chunks-file", default=None, help="a UTF-8 text file with one chunk per line")
@@ -162,9 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the .onnx file to write")
     p.add_argument("--quantize", default="fp32", choices=["fp32", "int8"],
                    help="fp32, or int8 (int8 weights, per-row dynamic int8 activations)")
-    # -- chunksel label: LLM-judge semantic labels (labels/judge.py)
-    p = sub.add_parser("label", help="judge every candidate with an LLM (the paper's prompt): 'semantic' labels")
+    # -- chunksel label: LLM labels (labels/judge.py: semantic; labels/utility.py: utility)
+    p = sub.add_parser("label", help="LLM labels for every candidate: 'semantic' (the judge's prompt) or "
+                                     "'utility' (the utility selector as teacher)")
     _common(p)
+    p.add_argument("--source", default="semantic", choices=["semantic", "utility"],
+                   help="semantic (judge, default) or utility (teacher selections, labels/utility.py)")
     p.add_argument("--dataset", required=True)
     p.add_argument("--judge", required=True, metavar="local|URL",
                    help="local (transformers, SmolLM2 unless --model) or an OpenAI-compatible base URL")
@@ -263,6 +271,34 @@ def _params(pairs: Sequence[str]) -> dict[str, str]:
             raise ConfigError(f"--param expects KEY=VALUE, got {pair!r}")
         out[key.strip()] = raw
     return out
+
+
+def _llm_select(args: argparse.Namespace, chunks: list[str]) -> dict:
+    """``select --selector rankgpt|utility``: one question and its chunks through an LLM selector."""
+    from chunksel.errors import ConfigError
+    from chunksel.selectors import make_selector
+    from chunksel.types import Candidate, Instance, Question
+
+    if args.llm == "local":
+        settings = {"backend": "local", "model": args.llm_model}
+    elif args.llm.startswith(("http://", "https://")):
+        if not args.llm_model:
+            raise ConfigError("--llm URL needs --llm-model NAME (the server's model name)")
+        settings = {"backend": "openai", "base_url": args.llm, "model": args.llm_model}
+    else:
+        raise ConfigError(f"--llm must be 'local' or an http(s):// base URL, got {args.llm!r}")
+    sel = make_selector(args.selector, progress=False, **settings)
+    inst = Instance(Question(id="cli", text=args.question),
+                    [Candidate(id=f"chunk{j}", text=t, rank=j) for j, t in enumerate(chunks)])
+    picked = sel.select_dynamic([inst])[0] if args.selector == "utility" else sel.select([inst], k=args.top)[0]
+    run = sel.runs_[inst.id]
+    backend = sel.llm().backend
+    return {"selector": args.selector, "llm": f"{backend.name}/{backend.model_id}",
+            "k": len(picked.indices), "empty": not picked.indices, "indices": picked.indices,
+            "chunks": [chunks[i] for i in picked.indices],
+            "order": run.order if args.selector == "rankgpt" else None,
+            "pseudo_answers": run.answers, "calls": run.calls, "prompt_tokens": run.prompt_tokens,
+            "llm_seconds": round(run.seconds, 3), "repairs": run.repairs.to_dict(), "read": run.read}
 
 
 def _eval_selector(model: str):
@@ -468,6 +504,13 @@ def _run(args: argparse.Namespace) -> int:
             chunks += read_chunks_file(args.chunks_file)
         if not chunks:
             raise ConfigError("no candidate chunks: give --chunk TEXT (repeatable) or --chunks-file FILE")
+        if args.selector:
+            if args.model:
+                raise ConfigError("give --model (a saved selector) or --selector (an LLM selector), not both")
+            print(json.dumps(_llm_select(args, chunks), indent=2, ensure_ascii=False, allow_nan=False))
+            return 0
+        if not args.model:
+            raise ConfigError("give --model DIR (a saved selector) or --selector rankgpt|utility")
         name = read_config(args.model)["name"]
         if (args.quantize or args.engine) and name != "prototype":
             raise ConfigError(f"{args.model} holds a {name!r} selector; --quantize and --engine apply to a "
@@ -538,6 +581,14 @@ def _run(args: argparse.Namespace) -> int:
         os.environ.pop("CHUNKSEL_LABEL", None)  # the labels are being made: no spec to apply yet
         built = build_instances(args.dataset, k=args.k, index=args.index, limit=args.limit, seed=args.seed,
                                 progress=progress)
+        if args.source == "utility":
+            from chunksel.labels import utility
+
+            ures = utility.label_instances(built.instances, backend, progress=progress)
+            upath = utility.write_sidecar(built.path, ures)
+            print(f"{args.dataset}: {ures.summary()}")
+            print(f"labels: {upath} (use --label utility)")
+            return 0
         if args.ray or args.ray_address:  # chunksel.bulk: Ray workers fill the same response cache
             from chunksel.bulk.jobs import judge_instances
 

@@ -1,9 +1,11 @@
-"""Judge labels persisted beside the instance stores, and read back onto instances.
+"""LLM labels persisted beside the instance stores, and read back onto instances.
 
 ``chunksel label`` (:mod:`chunksel.labels.judge`) writes one sidecar per judge,
 ``<cache>/instances/<dataset>/labels/semantic@<judge>.jsonl`` (a :class:`JudgeRow` per
-line); :func:`attach_sidecar_labels` puts them back on loaded instances as the label
-sources ``semantic@<judge>`` and ``semantic``. Plain file I/O on records, so it sits in
+line); the utility teacher (:mod:`chunksel.labels.utility`) writes
+``utility@<teacher>.jsonl`` in the same format (label 1 = selected by the teacher).
+:func:`attach_sidecar_labels` puts them back on loaded instances as the label sources
+``<source>@<judge>`` and ``<source>`` (``semantic``, ``utility``). Plain file I/O on records, so it sits in
 the data layer, below the judge that writes them.
 """
 
@@ -22,10 +24,12 @@ from chunksel.errors import DataError
 from chunksel.types import Candidate, Instance
 
 SOURCE = "semantic"
+#: every LLM label source kept in sidecars: the judge's and the utility teacher's
+SOURCES = ("semantic", "utility")
 #: folder of the sidecar label files, beside a dataset's instance stores
 LABELS_DIR = "labels"
 
-_SIDE_RE = re.compile(rf"^{SOURCE}@(?P<judge>.+)\.jsonl$")
+_SIDE_RE = {src: re.compile(rf"^{src}@(?P<judge>.+)\.jsonl$") for src in SOURCES}
 
 
 @dataclass
@@ -63,17 +67,17 @@ class JudgeRow:
                    d.get("reason"), d.get("text", ""))
 
 
-def _apply(cand: Candidate, row: JudgeRow, key: str, judge: str, plain: bool) -> None:
-    cand.labels[f"{SOURCE}@{key}"] = row.label
+def _apply(cand: Candidate, row: JudgeRow, key: str, judge: str, plain: bool, source: str = SOURCE) -> None:
+    cand.labels[f"{source}@{key}"] = row.label
     if not plain:
         return
-    cand.labels[SOURCE] = row.label
-    cand.meta["semantic_p_yes"] = row.p_yes
-    cand.meta["semantic_judge"] = judge
+    cand.labels[source] = row.label
+    cand.meta[f"{source}_p_yes"] = row.p_yes
+    cand.meta[f"{source}_judge"] = judge
     if row.parsed:
-        cand.meta.pop("semantic_unparsed", None)
+        cand.meta.pop(f"{source}_unparsed", None)
     else:
-        cand.meta["semantic_unparsed"] = row.reason or "unparsed"
+        cand.meta[f"{source}_unparsed"] = row.reason or "unparsed"
 
 
 def labels_dir(store: str | os.PathLike) -> Path:
@@ -100,15 +104,17 @@ def read_sidecar(path: str | os.PathLike) -> list[JudgeRow]:
     return out
 
 
-def sidecar_files(folders: Iterable[str | os.PathLike]) -> list[tuple[str, Path]]:
-    """``(judge key, path)`` of every sidecar in ``folders``, oldest written first."""
+def sidecar_files(folders: Iterable[str | os.PathLike], source: str = SOURCE) -> list[tuple[str, Path]]:
+    """``(judge key, path)`` of every sidecar of ``source`` in ``folders``, oldest written first."""
+    if source not in _SIDE_RE:
+        raise DataError(f"unknown sidecar label source {source!r}; known: {', '.join(SOURCES)}")
     found: dict[str, Path] = {}
     for folder in folders:
         folder = Path(folder)
         if not folder.is_dir():
             continue
         for p in folder.iterdir():
-            m = _SIDE_RE.match(p.name)
+            m = _SIDE_RE[source].match(p.name)
             if m and p.is_file():
                 found.setdefault(m.group("judge"), p)
     return sorted(found.items(), key=lambda kv: (kv[1].stat().st_mtime, kv[0]))
@@ -118,7 +124,8 @@ _warned_several: set[str] = set()
 
 
 def attach_sidecar_labels(
-    instances: Sequence[Instance], store: str | os.PathLike, judge: str | None = None
+    instances: Sequence[Instance], store: str | os.PathLike, judge: str | None = None,
+    source: str | None = None,
 ) -> list[str]:
     """Put the judge labels persisted beside ``store`` back on ``instances`` (in place).
 
@@ -132,18 +139,26 @@ def attach_sidecar_labels(
         store: the instance store directory (its sidecar folder is ``store/../labels``;
             ``store/labels`` is read too, for stores saved outside the cache).
         judge: a judge key to use for the plain ``semantic`` source.
+        source: the label source (``semantic`` or ``utility``); ``None``: every source
+            (``judge``, when given, then picks the ``semantic`` judge).
 
     Returns:
-        The judge keys attached, the plain one last.
+        The judge keys attached, the plain one last (with ``source=None``: those of
+        each source in turn).
 
     Raises:
         DataError: ``judge`` names no sidecar, or a sidecar is malformed.
     """
+    if source is None:
+        out: list[str] = []
+        for src in SOURCES:
+            out += attach_sidecar_labels(instances, store, judge if src == SOURCE else None, src)
+        return out
     store = Path(store)
-    files = sidecar_files([labels_dir(store), store / LABELS_DIR])
+    files = sidecar_files([labels_dir(store), store / LABELS_DIR], source)
     if not files:
         if judge is not None:
-            raise DataError(f"no judge labels beside {store}: run `chunksel label` first")
+            raise DataError(f"no {source} labels beside {store}: run `chunksel label` first")
         return []
     keys = [k for k, _ in files]
     if judge is not None and judge not in keys:
@@ -152,8 +167,8 @@ def attach_sidecar_labels(
     if judge is None and len(keys) > 1 and str(store) not in _warned_several:
         _warned_several.add(str(store))
         warnings.warn(
-            f"{len(keys)} judges labelled this dataset ({', '.join(keys)}); 'semantic' is the "
-            f"latest, {plain!r}: use 'semantic@<judge>' to pick another",
+            f"{len(keys)} judges labelled this dataset ({', '.join(keys)}); {source!r} is the "
+            f"latest, {plain!r}: use '{source}@<judge>' to pick another",
             stacklevel=2,
         )
     index = {(inst.question.id, c.id): c for inst in instances for c in inst.candidates}
@@ -163,7 +178,7 @@ def attach_sidecar_labels(
         for r in read_sidecar(path):
             cand = index.get((r.question_id, r.candidate_id))
             if cand is not None:
-                _apply(cand, r, key, name, plain=key == plain)
+                _apply(cand, r, key, name, plain=key == plain, source=source)
     return [k for k in keys if k != plain] + [plain]
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from chunksel.errors import ConfigError, DataError
 
-QUERY_COSTS: tuple[str, ...] = ("none", "bm25", "warmup", "warmup+bm25")
+QUERY_COSTS: tuple[str, ...] = ("none", "bm25", "warmup", "warmup+bm25", "llm")
 
 
 class Latency(NamedTuple):

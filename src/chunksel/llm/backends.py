@@ -479,12 +479,25 @@ _BACKENDS = {
 }
 
 
+def register_backend(name: str, module: str, cls: str) -> None:
+    """Make ``get_backend(name)`` build ``module.cls`` (imported on first use); e.g. a
+    model-free test double, or a backend of another package.
+
+    Raises:
+        ConfigError: ``name`` is a built-in backend.
+    """
+    if name in ("local", "openai"):
+        raise ConfigError(f"backend {name!r} is built in and cannot be replaced")
+    _BACKENDS[name] = (module, cls)
+
+
 def get_backend(name: str, **kwargs: Any) -> LLMBackend:
     """Build a backend by name, importing its module only now.
 
     Args:
-        name: ``"local"`` (:class:`~chunksel.llm.local.LocalBackend`) or ``"openai"``
-            (:class:`~chunksel.llm.openai_http.OpenAIBackend`).
+        name: ``"local"`` (:class:`~chunksel.llm.local.LocalBackend`), ``"openai"``
+            (:class:`~chunksel.llm.openai_http.OpenAIBackend`) or a name given to
+            :func:`register_backend`.
         **kwargs: the backend's constructor arguments.
 
     Raises:
@@ -502,5 +515,5 @@ def get_backend(name: str, **kwargs: Any) -> LLMBackend:
 __all__ = [
     "BackendError", "Choice", "Generation", "LLMBackend", "Message", "ParseFailure", "Prompt",
     "TokenStep", "Usage", "check_options", "choice_from_logprobs", "choice_from_text",
-    "get_backend", "normalize_prompt", "option_logprobs_from_steps", "parse_choice",
+    "get_backend", "normalize_prompt", "register_backend", "option_logprobs_from_steps", "parse_choice",
 ]

@@ -71,7 +71,7 @@ class Selector(ABC):
     requires_fit: ClassVar[bool] = True
     #: the query-side cost it adds: "none", "bm25" (corpus term statistics),
     #: "warmup" (the generator's question-only pass, which generation needs anyway) or
-    #: "warmup+bm25" (both)
+    #: "warmup+bm25" (both) or "llm" (LLM calls per query: the rankgpt / utility selectors)
     query_cost: ClassVar[str] = "none"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -326,6 +326,8 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "sras": ("chunksel.selectors.sras:SRASSelector", "sras"),
     "prototype": ("chunksel.selectors.prototype:PrototypeSelector", "train"),
     "anchored": ("chunksel.selectors.anchored:AnchoredPrototypeSelector", "train"),
+    "rankgpt": ("chunksel.selectors.llm_listwise:RankGPTSelector", "llm"),
+    "utility": ("chunksel.selectors.llm_listwise:UtilitySelector", "llm"),
 }
 
 

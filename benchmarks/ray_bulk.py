@@ -223,7 +223,8 @@ def main() -> int:
     out = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0],
                     "torch": torch.__version__, "ray": ray.__version__, "threads_per_process": 1,
-                    "note": "a 2-core machine shared with other jobs; ratios come from one run"},
+                    "note": "ratios come from one run; load average before it: "
+                            + " ".join(f"{x:.2f}" for x in os.getloadavg())},
         "settings": {"passages": args.passages, "questions": args.questions, "pairs": args.pairs,
                      "repeats": args.repeats, "encode_shard_rows": enc_shard, "features_shard": q_shard,
                      "features_batch": q_shard, "judge_batch": 4, "judge_shard": 4, "seed": args.seed},

@@ -20,10 +20,16 @@ Stages, each printing its progress and each reusing the caches below it:
    the per-instance hit rate averaged over seeds; exact McNemar on the seeds' majority);
 7. **learning curves** (profiles that ask for them): test rank-1 against the number of
    usable training instances;
-8. **Table 4** (profiles that ask for it): the generator's answers from each Table 1
+8. **Table 5** (profiles that ask for it): the LLM selectors (``rankgpt``, ``utility``;
+   seconds per query) on a stated sample of test questions, beside the Table 1 rows'
+   picks on the same questions, with their calls, prompt tokens, seconds and repairs per
+   query and utility's distribution of k;
+9. **Table 4** (profiles that ask for it): the generator's answers from each Table 1
    selector's pick (first seed) on a stated sample of test questions, beside no context
-   and all top-K (:func:`chunksel.eval.answers.answer_table`, KV reuse, cached answers);
-9. ``report.md``, ``results.json`` and the plots (:mod:`chunksel.eval.report`), from one
+   and all top-K, and from the LLM selectors' picks where Table 5 covered the question
+   (utility: its whole dynamic-k selection, possibly empty)
+   (:func:`chunksel.eval.answers.answer_table`, KV reuse, cached answers);
+10. ``report.md``, ``results.json`` and the plots (:mod:`chunksel.eval.report`), from one
    typed :class:`~chunksel.eval.results.BenchResults`.
 
 Rows come from the selector registry: every registered selector whose role is a
@@ -78,6 +84,11 @@ SRAS_FULL = {"ppo_epochs": 2, "max_questions": 64}
 #: question, 3-7 s each on one thread), so the quick profile answers 10 test questions of
 #: TriviaQA and NQ and the full and large profiles 20 of each dataset
 ANSWER_SAMPLE_FULL = 20
+#: Table 5 (the LLM selectors, tens of seconds a query on one thread with the local
+#: SmolLM2): the utility-selection paper's datasets with gold evidence, NQ and HotpotQA;
+#: the quick profile runs 4 NQ test questions, the full and large profiles 20 of each
+LLM_DATASETS = ("nq", "hotpotqa")
+LLM_SAMPLE_QUICK = 4
 #: the flagship (retrieval-anchored prototype) and the paper's configuration (reproduction)
 FLAGSHIP = "anchored"
 REPRODUCTION = "prototype"
@@ -115,6 +126,10 @@ class Profile:
         curve_selectors: the selectors on the learning curves.
         answer_datasets: datasets of Table 4 (answers; empty: no Table 4).
         answer_sample: test questions per Table 4 dataset (a deterministic sample).
+        llm_datasets: datasets of Table 5 (LLM selectors; empty: none).
+        llm_sample: test questions per Table 5 dataset (the same deterministic order as
+            Table 4's, so Table 4's questions are among them when it is not smaller).
+        llm_selectors: the LLM selectors of Table 5 (run only where registered and installed).
         overrides: selector name -> settings replacing its defaults (e.g. small models
             in tests).
     """
@@ -131,21 +146,27 @@ class Profile:
     curve_selectors: tuple[str, ...] = (REPRODUCTION, FLAGSHIP, "lambdamart")
     answer_datasets: tuple[str, ...] = ()
     answer_sample: int | None = None
+    llm_datasets: tuple[str, ...] = ()
+    llm_sample: int | None = None
+    llm_selectors: tuple[str, ...] = ("rankgpt", "utility")
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 PROFILES = {
     "quick": Profile("quick", limit=500, seeds=(0,), budgets=(10, 20, 30, 40, 50, 60, 70, 80, 90, 100),
                      latency_queries=50, overrides={"sras": SRAS_QUICK},
-                    answer_datasets=("triviaqa", "nq"), answer_sample=10),
+                    answer_datasets=("triviaqa", "nq"), answer_sample=10,
+                    llm_datasets=("nq",), llm_sample=LLM_SAMPLE_QUICK),
     "full": Profile("full", limit=3000, seeds=(0, 1, 2), budgets=(10, 30, 50, 70, 100),
                     ablation_seeds=(0, 1, 2), curve_datasets=("triviaqa", "nq"),
                     curve_sizes=(250, 500, 1000, None), overrides={"sras": SRAS_FULL},
-                    answer_datasets=DATASETS, answer_sample=ANSWER_SAMPLE_FULL),
+                    answer_datasets=DATASETS, answer_sample=ANSWER_SAMPLE_FULL,
+                    llm_datasets=LLM_DATASETS, llm_sample=ANSWER_SAMPLE_FULL),
     "large": Profile("large", limit=None, seeds=(0, 1, 2), budgets=(), ablation_seeds=(),
                      curve_datasets=("triviaqa", "nq"), curve_sizes=(500, 1000, 2000, 4000, None),
                      overrides={"sras": SRAS_FULL}, answer_datasets=DATASETS,
-                     answer_sample=ANSWER_SAMPLE_FULL),
+                     answer_sample=ANSWER_SAMPLE_FULL, llm_datasets=LLM_DATASETS,
+                     llm_sample=ANSWER_SAMPLE_FULL),
 }
 
 
@@ -431,6 +452,7 @@ def run_study(
         pooled=study.pooled(baselines),
         significance=study.significance(baselines),
         learning_curve=study.learning_curves(),
+        llm=study.llm_table(),
         answers=study.answers(),
         extra_metrics=study.extra,
     )
@@ -441,6 +463,15 @@ def run_study(
     print(format_table1(results))
     _say(f"report: {path} ({time.time() - t_start:.0f}s)")
     return Path(out_dir)
+
+
+def _sum_repairs(runs: Sequence[Any]) -> dict[str, int]:
+    """Repairs of the LLM outputs over ``runs``, by kind (the read outputs)."""
+    out: dict[str, int] = {}
+    for r in runs:
+        for k, v in r.repairs.to_dict().items():
+            out[k] = out.get(k, 0) + int(v)
+    return out
 
 
 def combine_hits(per_seed: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -481,6 +512,8 @@ class _Study:
         self.hits: dict[str, dict[str, list[np.ndarray]]] = {}
         #: name -> dataset -> the first seed's top-ranked candidate per test instance
         self.picks: dict[str, dict[str, list[int]]] = {}
+        #: LLM selector -> dataset -> test instance index -> its chosen candidates (Table 5)
+        self.llm_picks: dict[str, dict[str, dict[int, list[int]]]] = {}
         self.val_acc: dict[str, dict[str, list[float]]] = {}
         self.answerable: dict[str, np.ndarray] = {}
         self.extra: dict[str, Any] = {}
@@ -726,7 +759,7 @@ class _Study:
         deterministic sample of each answer dataset's test questions, beside no context
         and all top-K; generations are cached (a pair is generated once across selectors
         and runs)."""
-        from chunksel.eval.answers import answer_table
+        from chunksel.eval.answers import answer_table, sample_instances
 
         out: dict[str, dict[str, Any]] = {}
         dss = [d for d in self.prof.answer_datasets if d in self.datasets]
@@ -736,6 +769,10 @@ class _Study:
             t0 = time.time()
             test = self.splits[ds]["test"]
             picks = {name: [[j] for j in per[ds]] for name, per in self.picks.items() if ds in per}
+            chosen = set(sample_instances(test, self.prof.answer_sample))
+            for name, per in self.llm_picks.items():  # LLM selectors where Table 5 covered every question
+                if ds in per and chosen <= set(per[ds]):
+                    picks[name] = [per[ds].get(i, [0]) for i in range(len(test))]
             table = answer_table(test, picks, sample=self.prof.answer_sample, references=("no_context", "top5"),
                                  noreuse_pairs=20, seed=self.seed, progress=self.progress, keep_answers=False)
             table["cache"].pop("path", None)  # machine-specific
@@ -743,4 +780,87 @@ class _Study:
             self.timings[f"answers:{ds}"] = time.time() - t0
             _say(f"table 4: {ds:<9} {table['questions']} questions, {table['cache']['pairs']} pairs "
                  f"({table['cache']['generated']} generated, {time.time() - t0:.0f}s)")
+        return out
+
+    # ------------------------------------------------------------------ Table 5
+    def llm_table(self) -> dict[str, dict[str, Any]]:
+        """The LLM selectors on a deterministic sample of each Table 5 dataset's test
+        questions: rank-1 accuracy on the sample's answerable questions beside every
+        Table 1 row's pick on the same questions, and the cost per query. LLM calls go
+        through the response cache, so a re-run reads them back."""
+        from chunksel.errors import MissingExtraError
+        from chunksel.eval.answers import sample_instances
+        from chunksel.eval.significance import bootstrap_interval
+        from chunksel.selectors.base import REGISTRY
+
+        out: dict[str, dict[str, Any]] = {}
+        dss = [d for d in self.prof.llm_datasets if d in self.datasets]
+        names = []
+        for n in self.prof.llm_selectors:
+            if n not in REGISTRY:
+                continue
+            try:
+                _make(n, self.seed, self.progress, self.prof)
+            except (MissingExtraError, ImportError):
+                continue
+            names.append(n)
+        if not dss or not names:
+            return out
+        sels = {n: _make(n, self.seed, self.progress, self.prof) for n in names}
+        shared = None
+        for ds in dss:
+            t0 = time.time()
+            test = self.splits[ds]["test"]
+            idx = sample_instances(test, self.prof.llm_sample)
+            batch = [test[i] for i in idx]
+            answerable = [n for n, inst in enumerate(batch) if inst.answerable()]
+            rows: dict[str, Any] = {}
+
+            def row(hits: list[bool], answerable: list[int] = answerable) -> dict[str, Any]:
+                acc = [float(hits[n]) for n in answerable]
+                mean, lo, hi = (bootstrap_interval(np.asarray(acc), n_resamples=10_000, seed=self.seed)
+                                if acc else (float("nan"),) * 3)
+                return {"accuracy": 100 * mean, "ci": [100 * lo, 100 * hi], "n": len(acc)}
+
+            for name, per in self.picks.items():
+                if ds in per:
+                    rows[name] = row([bool(inst.labels()[per[ds][i]] > 0) if inst.candidates else False
+                                      for i, inst in zip(idx, batch)])
+            cost: dict[str, Any] = {}
+            for name, sel in sels.items():
+                if shared is not None and hasattr(sel, "use_backend"):
+                    sel.use_backend(shared)  # one local model for both selectors
+                sel.fit([], self.features)
+                if hasattr(sel, "select_dynamic"):
+                    chosen = [s.indices for s in sel.select_dynamic(batch)]
+                else:
+                    chosen = [s.indices for s in sel.select(batch, self.features, k=1)]
+                if shared is None and hasattr(sel, "llm"):
+                    shared = getattr(sel, "_backend", None)
+                self.llm_picks.setdefault(name, {})[ds] = dict(zip(idx, [list(c) for c in chosen], strict=True))
+                first = [c[0] if c else None for c in chosen]
+                rows[name] = row([j is not None and bool(inst.labels()[j] > 0) for j, inst in zip(first, batch)])
+                runs = [getattr(sel, "runs_", {}).get(inst.id) for inst in batch]
+                runs = [r for r in runs if r is not None]
+                if runs:
+                    ks: dict[str, int] = {}
+                    for r in runs:
+                        ks[str(r.k)] = ks.get(str(r.k), 0) + 1
+                    cost[name] = {
+                        "queries": len(runs),
+                        "calls_per_query": float(np.mean([r.calls for r in runs])),
+                        "prompt_tokens_per_query": float(np.mean([r.prompt_tokens for r in runs])),
+                        "output_tokens_per_query": float(np.mean([r.output_tokens for r in runs])),
+                        "seconds_per_query": float(np.mean([r.seconds for r in runs])),
+                        "repairs": int(sum(r.repairs.total() for r in runs)),
+                        "repairs_by_kind": _sum_repairs(runs),
+                        "empty": int(sum(bool(getattr(r, "empty", False)) for r in runs)),
+                        "k_distribution": dict(sorted(ks.items(), key=lambda kv: int(kv[0]))),
+                        "read": runs[0].read,
+                    }
+            out[ds] = {"questions": len(batch), "answerable": len(answerable), "rows": rows, "cost": cost,
+                       "question_ids": [inst.id for inst in batch]}
+            self.timings[f"llm:{ds}"] = time.time() - t0
+            _say(f"table 5: {ds:<9} " + " ".join(f"{n} {rows[n]['accuracy']:.1f}" for n in names)
+                 + f" ({len(batch)} questions, {time.time() - t0:.0f}s)")
         return out

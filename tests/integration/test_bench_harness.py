@@ -28,6 +28,7 @@ def test_harness_end_to_end(tmp_path):
     prof = Profile(
         "tiny", limit=40, seeds=(0, 1), budgets=(50, 100), latency_queries=3,
         curve_datasets=("popqa",), curve_sizes=(4, None), answer_datasets=("popqa",), answer_sample=2,
+        llm_datasets=("popqa",), llm_sample=2,
         overrides={"prototype": {"hidden": 16, "max_epochs": 5, "patience": 2, "batch_size": 8},
                    "anchored": {"hidden": 8, "phi_hidden": 8, "max_epochs": 3, "batch_size": 8,
                                 "corpus": str(corpus)}},
@@ -60,12 +61,19 @@ def test_harness_end_to_end(tmp_path):
     # Table 4: the real generator answers from each selector's pick on a 2-question sample
     answers = results["answers"]["popqa"]
     assert answers["questions"] == 2 and results["results_version"] == 2
-    assert set(answers["conditions"]) == {"no_context", "top5", "retrieval", "oracle", "prototype", "anchored"}
+    assert {"no_context", "top5", "retrieval", "oracle", "prototype", "anchored"} <= set(answers["conditions"])
     assert answers["conditions"]["top5"]["chunks"] == 5.0 and answers["conditions"]["anchored"]["chunks"] == 1.0
     assert answers["conditions"]["no_context"]["prefill_tokens"] == 1.0
     # picks that coincide share one generation: at most no-context + top-5 + 5 single chunks per question
-    assert answers["cache"]["pairs"] <= 2 * 7
+    assert answers["cache"]["pairs"] <= 2 * 8
+    # Table 5: the LLM selectors (real SmolLM2) on the same 2 questions, beside Table 1's picks
+    llm = results["llm"]["popqa"]
+    assert llm["questions"] == 2 and {"rankgpt", "utility", "retrieval", "anchored"} <= set(llm["rows"])
+    assert set(llm["cost"]) == {"rankgpt", "utility"} and llm["cost"]["rankgpt"]["calls_per_query"] >= 1
+    assert sum(llm["cost"]["utility"]["k_distribution"].values()) == 2
+    assert {"rankgpt", "utility"} <= set(answers["conditions"])  # Table 4 covers their picks too
     report = (out / "report.md").read_text()
+    assert "Table 5: LLM selectors" in report
     assert "Table 1" in report and "PopQA" in report and "Anchored prototype" in report
     assert "Learning curves" in report and "Does the generator help?" in report
     assert "Table 4: answers generated" in report and "![answers](answer_f1_vs_prefill.png)" in report

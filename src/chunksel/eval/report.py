@@ -462,6 +462,47 @@ def format_answers(results: Results) -> str:
     return "\n\n".join(parts)
 
 
+def format_llm(results: Results) -> str:
+    """Table 5: the LLM selectors on a sample of test questions, beside every Table 1
+    row's pick on the same questions (rank-1 %, 95% bootstrap interval), and the LLM
+    selectors' cost per query (calls, prompt tokens, seconds, repairs, k)."""
+    res = as_results(results)
+    parts = []
+    for d in _ordered(res.datasets, res.llm):
+        t = res.llm[d]
+        rows_in = t.get("rows") or {}
+        if not rows_in:
+            continue
+        cost = t.get("cost") or {}
+        llm_first = [n for n in rows_in if n in cost] + [n for n in rows_in if n not in cost]
+        rows, vals = [], []
+        for n in llm_first:
+            r = rows_in[n]
+            ci = r.get("ci") or [None, None]
+            cell = fmt(r.get("accuracy"))
+            if ci[0] is not None and as_number(r.get("accuracy")) is not None:
+                cell += f" [{ci[0]:.1f}, {ci[1]:.1f}]"
+            rows.append([selector_label(n), cell])
+            vals.append([as_number(r.get("accuracy"))])
+        acc = [r[1:] for r in rows]
+        _bold_best(acc, vals, [n in REFERENCE_SELECTORS for n in llm_first])
+        rows = [[r[0], *a] for r, a in zip(rows, acc, strict=True)]
+        text = (f"**{dataset_label(d)}** ({t.get('questions')} test questions, {t.get('answerable')} with a "
+                "positive candidate)\n\n" + _table(["Method", "Rank-1 % [95% CI]"], rows, ["l", "r"]))
+        if cost:
+            crow = []
+            for n, c in cost.items():
+                ks = ", ".join(f"{k}: {v}" for k, v in (c.get("k_distribution") or {}).items())
+                crow.append([selector_label(n), fmt(c.get("calls_per_query"), 1), fmt(c.get("prompt_tokens_per_query"), 0),
+                             fmt(c.get("output_tokens_per_query"), 0), fmt(c.get("seconds_per_query"), 2),
+                             str(c.get("repairs", DASH)), str(c.get("empty", DASH)), ks or DASH, str(c.get("read", DASH))])
+            text += "\n\n" + _table(["LLM selector", "Calls/query", "Prompt tokens/query", "Output tokens/query",
+                                      "s/query", "Repairs", "Empty", "k (count)", "Read"], crow,
+                                     ["l"] + ["r"] * 7 + ["l"])
+        parts.append(text)
+    return "\n\n".join(parts)
+
+
 # --------------------------------------------------------------- converters
 def metrics_to_percent(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`chunksel.eval.metrics.evaluate`'s dict with metric fractions x 100 (the
@@ -619,6 +660,17 @@ def render_markdown(results: Results, plots: Mapping[str, str] | None = None) ->
             "row uses its Table 1 fit (first seed). Prefill tokens, time to first token and "
             "peak RSS growth are means per answer.",
             ["answers"],
+        ),
+        (
+            "Table 5: LLM selectors on a sample of test questions",
+            format_llm(res),
+            "Rank-1 accuracy on the sample's answerable questions (a selection's first "
+            "chunk; an empty utility selection is a miss) with a 95% bootstrap interval; the "
+            "Table 1 rows are their first seed's picks on the same questions. Cost per query "
+            "on this machine with the local generator (LLM calls, prompt and output tokens, "
+            "backend seconds; answered from the response cache on a re-run, where seconds are "
+            "those of the original call). k: how many passages utility kept (dynamic k).",
+            [],
         ),
         (
             "Learning curves",

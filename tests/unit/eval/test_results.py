@@ -96,3 +96,22 @@ def test_cli_report_rerenders_from_results(tmp_path):
     assert main(["report", str(tmp_path / "a"), "--out", str(tmp_path / "b")]) == 0
     assert (tmp_path / "b" / "report.md").read_text() == first
     assert "| Anchored prototype |" in first and "65.00 ± 1.00" in first
+
+
+def test_table5_renders_llm_rows_and_cost():
+    from chunksel.eval.report import format_llm
+
+    res = _results()
+    res.llm = {"nq": {
+        "questions": 4, "answerable": 3, "question_ids": ["a", "b", "c", "d"],
+        "rows": {"retrieval": {"accuracy": 66.7, "ci": [0.0, 100.0], "n": 3},
+                 "utility": {"accuracy": 33.3, "ci": [0.0, 100.0], "n": 3}},
+        "cost": {"utility": {"calls_per_query": 7.0, "prompt_tokens_per_query": 2100.0,
+                             "output_tokens_per_query": 40.0, "seconds_per_query": 12.5, "repairs": 4,
+                             "empty": 1, "k_distribution": {"0": 1, "2": 3}, "read": "logprobs"}},
+    }}
+    text = format_llm(BenchResults.from_dict(res.to_dict()))
+    assert "**NQ** (4 test questions, 3 with a positive candidate)" in text
+    assert "| RAG baseline (retrieval order) | **66.70 [0.0, 100.0]** |" in text
+    assert text.index("Utility") < text.index("RAG baseline")  # LLM rows first
+    assert "| 7.0 | 2100 | 40 | 12.50 | 4 | 1 | 0: 1, 2: 3 | logprobs |" in text

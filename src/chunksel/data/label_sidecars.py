@@ -104,6 +104,35 @@ def read_sidecar(path: str | os.PathLike) -> list[JudgeRow]:
     return out
 
 
+def merge_sidecar(path: str | os.PathLike, new_rows: Iterable[JudgeRow], meta: dict[str, Any]) -> Path:
+    """Merge ``new_rows`` into the sidecar file at ``path`` and write its ``.meta.json``.
+
+    Rows already in the file for other pairs are kept; a pair labelled again is replaced.
+    Both files are written to a temporary name and moved into place (atomic). The meta
+    file holds ``meta`` plus the merged file's ``pairs``, ``positive`` and ``unparsed``
+    counts.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows: dict[tuple[str, str], JudgeRow] = {}
+    if path.is_file():
+        for r in read_sidecar(path):
+            rows[(r.question_id, r.candidate_id)] = r
+    for r in new_rows:
+        rows[(r.question_id, r.candidate_id)] = r
+    tmp = path.with_name(path.name + f".{os.getpid()}.part")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for r in rows.values():
+            fh.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+    meta = {**meta, "pairs": len(rows), "positive": sum(r.label for r in rows.values()),
+            "unparsed": sum(not r.parsed for r in rows.values())}
+    mtmp = path.with_name(path.stem + f".meta.json.{os.getpid()}.part")
+    mtmp.write_text(json.dumps(meta, indent=1) + "\n")
+    os.replace(mtmp, path.with_name(path.stem + ".meta.json"))
+    return path
+
+
 def sidecar_files(folders: Iterable[str | os.PathLike], source: str = SOURCE) -> list[tuple[str, Path]]:
     """``(judge key, path)`` of every sidecar of ``source`` in ``folders``, oldest written first."""
     if source not in _SIDE_RE:

@@ -33,7 +33,6 @@ one, with a warning), so ``--label semantic`` works wherever a label spec does.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import time
@@ -49,6 +48,7 @@ from chunksel.data.label_sidecars import (  # noqa: F401  (the judge's sidecar f
     _apply,
     attach_sidecar_labels,
     labels_dir,
+    merge_sidecar,
     missing_labels,
     read_sidecar,
     sidecar_files,
@@ -200,33 +200,14 @@ def write_sidecar(store: str | os.PathLike, result: JudgeResult) -> Path:
     Returns:
         The sidecar's path.
     """
-    folder = labels_dir(store)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{SOURCE}@{result.key}.jsonl"
-    rows: dict[tuple[str, str], JudgeRow] = {}
-    if path.is_file():
-        for r in read_sidecar(path):
-            rows[(r.question_id, r.candidate_id)] = r
-    for r in result.rows:
-        rows[(r.question_id, r.candidate_id)] = r
-    tmp = path.with_name(path.name + f".{os.getpid()}.part")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for r in rows.values():
-            fh.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
-    meta = {
+    path = labels_dir(store) / f"{SOURCE}@{result.key}.jsonl"
+    return merge_sidecar(path, result.rows, {
         "source": SOURCE, "judge": result.judge, "key": result.key,
         "template": hashlib.sha256(JUDGE_PROMPT.encode()).hexdigest()[:12],
-        "options": list(JUDGE_OPTIONS), "pairs": len(rows),
-        "positive": sum(r.label for r in rows.values()),
-        "unparsed": sum(not r.parsed for r in rows.values()),
+        "options": list(JUDGE_OPTIONS),
         "response_cache": str(result.cache_path) if result.cache_path else None,
         "written": round(time.time(), 3),
-    }
-    mtmp = path.with_name(path.stem + f".meta.json.{os.getpid()}.part")
-    mtmp.write_text(json.dumps(meta, indent=1) + "\n")
-    os.replace(mtmp, path.with_name(path.stem + ".meta.json"))
-    return path
+    })
 
 
 __all__ = [

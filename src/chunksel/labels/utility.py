@@ -23,7 +23,6 @@ instances as ``utility@<teacher>`` and ``utility``.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from collections.abc import Sequence
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chunksel.data.label_sidecars import JudgeRow, _apply, labels_dir, read_sidecar
+from chunksel.data.label_sidecars import JudgeRow, _apply, labels_dir, merge_sidecar
 from chunksel.labels.judge import judge_key
 from chunksel.llm.listwise import UTILITY_TEMPLATE, ListwiseLLM, ListwiseRun
 from chunksel.types import Instance
@@ -121,31 +120,12 @@ def label_instances(
 def write_sidecar(store: str | os.PathLike, result: UtilityLabels) -> Path:
     """Merge ``result``'s rows into the teacher's ``utility`` sidecar beside ``store``
     (atomic; rows of other pairs kept, a pair labelled again replaced)."""
-    folder = labels_dir(store)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{UTILITY_SOURCE}@{result.key}.jsonl"
-    rows: dict[tuple[str, str], JudgeRow] = {}
-    if path.is_file():
-        for r in read_sidecar(path):
-            rows[(r.question_id, r.candidate_id)] = r
-    for r in result.rows:
-        rows[(r.question_id, r.candidate_id)] = r
-    tmp = path.with_name(path.name + f".{os.getpid()}.part")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for r in rows.values():
-            fh.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
-    meta = {
+    path = labels_dir(store) / f"{UTILITY_SOURCE}@{result.key}.jsonl"
+    return merge_sidecar(path, result.rows, {
         "source": UTILITY_SOURCE, "judge": result.teacher, "key": result.key,
         "template": hashlib.sha256(UTILITY_TEMPLATE.encode()).hexdigest()[:12],
-        "pairs": len(rows), "positive": sum(r.label for r in rows.values()),
-        "unparsed": sum(not r.parsed for r in rows.values()),
         "last_run": result.summary(), "written": round(time.time(), 3),
-    }
-    mtmp = path.with_name(path.stem + f".meta.json.{os.getpid()}.part")
-    mtmp.write_text(json.dumps(meta, indent=1) + "\n")
-    os.replace(mtmp, path.with_name(path.stem + ".meta.json"))
-    return path
+    })
 
 
 __all__ = ["UTILITY_SOURCE", "UtilityLabels", "label_instances", "write_sidecar"]

@@ -81,8 +81,10 @@ DEFAULT_ROLES: tuple[str, ...] = ("baseline", "reference", "reproduction", "flag
 SRAS_QUICK = {"ppo_epochs": 1, "max_questions": 16}
 SRAS_FULL = {"ppo_epochs": 2, "max_questions": 64}
 #: Table 4's sample: generation is the cost (about 6 distinct (question, context) pairs a
-#: question, 3-7 s each on one thread), so the quick profile answers 10 test questions of
-#: TriviaQA and NQ and the full and large profiles 20 of each dataset
+#: question, 3-7 s each on one thread), so the quick profile answers 8 test questions of
+#: TriviaQA and NQ (about 6 min cold, keeping `make bench` under 25 min) and the full and
+#: large profiles 20 of each dataset
+ANSWER_SAMPLE_QUICK = 8
 ANSWER_SAMPLE_FULL = 20
 #: Table 5 (the LLM selectors, tens of seconds a query on one thread with the local
 #: SmolLM2): the utility-selection paper's datasets with gold evidence, NQ and HotpotQA;
@@ -155,7 +157,7 @@ class Profile:
 PROFILES = {
     "quick": Profile("quick", limit=500, seeds=(0,), budgets=(10, 20, 30, 40, 50, 60, 70, 80, 90, 100),
                      latency_queries=50, overrides={"sras": SRAS_QUICK},
-                    answer_datasets=("triviaqa", "nq"), answer_sample=10,
+                    answer_datasets=("triviaqa", "nq"), answer_sample=ANSWER_SAMPLE_QUICK,
                     llm_datasets=("nq",), llm_sample=LLM_SAMPLE_QUICK),
     "full": Profile("full", limit=3000, seeds=(0, 1, 2), budgets=(10, 30, 50, 70, 100),
                     ablation_seeds=(0, 1, 2), curve_datasets=("triviaqa", "nq"),

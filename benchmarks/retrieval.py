@@ -35,6 +35,7 @@ import numpy as np
 
 from chunksel.config import data_root, set_threads
 from chunksel.data.corpus import Corpus
+from chunksel.eval.answers import reset_peak_rss
 from chunksel.retrieval.embeddings import corpus_embeddings
 from chunksel.retrieval.encoder import Encoder
 from chunksel.retrieval.index import build_index, effective_nlist
@@ -57,16 +58,6 @@ def proc_status_kb(field: str) -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-def reset_peak_rss() -> bool:
-    """Reset VmHWM to the current RSS (Linux >= 4.0); False where not allowed."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def measure_build(emb: np.ndarray, **kwargs) -> tuple[object, dict]:

@@ -797,18 +797,15 @@ class _Study:
 
         out: dict[str, dict[str, Any]] = {}
         dss = [d for d in self.prof.llm_datasets if d in self.datasets]
-        names = []
-        for n in self.prof.llm_selectors:
-            if n not in REGISTRY:
-                continue
+        sels = {}
+        for n in [n for n in self.prof.llm_selectors if n in REGISTRY] if dss else []:
             try:
-                _make(n, self.seed, self.progress, self.prof)
+                sels[n] = _make(n, self.seed, self.progress, self.prof)
             except (MissingExtraError, ImportError):
-                continue
-            names.append(n)
-        if not dss or not names:
+                continue  # not installed: no row
+        names = list(sels)
+        if not names:
             return out
-        sels = {n: _make(n, self.seed, self.progress, self.prof) for n in names}
         shared = None
         for ds in dss:
             t0 = time.time()

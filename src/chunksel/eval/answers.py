@@ -84,7 +84,9 @@ def _status_kb(field: str) -> int | None:
     return None
 
 
-def _reset_peak() -> bool:
+def reset_peak_rss() -> bool:
+    """Reset the process's peak RSS (VmHWM) to its current RSS (Linux >= 4.0); False where
+    not allowed."""
     try:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")
@@ -210,7 +212,7 @@ class Generator:
         keep = min(common_prefix(warm.ids, ids), len(ids) - 1)
         cache = copy.deepcopy(warm.cache)
         rss0 = _status_kb("VmRSS")
-        peak_ok = _reset_peak()
+        peak_ok = reset_peak_rss()
         toks, ttft = self._greedy(ids, cache, keep, self.max_new_tokens)
         hwm = _status_kb("VmHWM")
         peak = (hwm - rss0) / 1024 if peak_ok and hwm is not None and rss0 is not None else None

@@ -37,8 +37,10 @@ baseline, a reference, the flagship or the reproduction is in the default study,
 registry's order (LLM selectors, which cost seconds per query, are named explicitly).
 
 Every fit + evaluation is memoised under ``<cache>/bench/`` (key: selector settings,
-seed, the exact instances, the question features and a hash of the package's code), so a
-warm re-run only rebuilds the report; ``--no-reuse`` retrains everything.
+seed, one dataset's exact instances and their question features, and a hash of the
+package's code), so a warm re-run only rebuilds the report, and runs over different
+sets of datasets (two processes, then the whole study) share their per-dataset results;
+``--no-reuse`` retrains everything.
 
 Accuracy is rank-1 accuracy over answerable test instances (>= 1 positive among K).
 Nothing is tuned or chosen on test: every choice (early stopping, the anchored model's
@@ -277,13 +279,14 @@ def _instances_fingerprint(instances: Sequence[Any]) -> str:
     ])
 
 
-def _features_fingerprint(features: Any) -> str | None:
+def _features_fingerprint(features: Any, ids: Sequence[str] | None = None) -> str | None:
+    """sha256 over the features of ``ids`` (default: every id the features hold)."""
     if features is None:
         return None
     import hashlib
 
     h = hashlib.sha256()
-    ids = sorted(getattr(features, "ids", []))
+    ids = sorted(set(getattr(features, "ids", [])) if ids is None else set(ids))
     h.update("\n".join(ids).encode())
     if ids:
         for name, arr in sorted(features.lookup(ids).items()):
@@ -504,10 +507,12 @@ class _Study:
             ds: {sp: [i for i in instances[ds] if i.split == sp] for sp in ("train", "val", "test")}
             for ds in self.datasets
         }
-        self.memo = _Memo(reuse, {"code": _code_fingerprint(),
-                                  "features": _features_fingerprint(features) if reuse else None})
+        self.memo = _Memo(reuse, {"code": _code_fingerprint()})
+        # a dataset's memo keys read its own instances and features only, so runs over
+        # different sets of datasets (e.g. two processes, then the whole study) share them
         self.split_fp = {
-            ds: {sp: _instances_fingerprint(v) for sp, v in self.splits[ds].items()} if reuse else {}
+            ds: {**{sp: _instances_fingerprint(v) for sp, v in self.splits[ds].items()},
+                 "features": _features_fingerprint(features, [i.id for i in instances[ds]])} if reuse else {}
             for ds in self.datasets
         }
         #: name -> dataset -> per-seed test hits (answerable instances only) / val accuracies

@@ -116,3 +116,34 @@ def test_warm_rerun_reuses_memoised_results(tmp_path, monkeypatch):
     off = json.loads((run_study(data, sels, prof, feats, tmp_path / "d", progress=False, reuse=False)
                       / "results.json").read_text())
     assert off["reused_results"] == 0
+
+
+def test_memo_is_per_dataset(tmp_path, monkeypatch):
+    """A study over two datasets reuses a one-dataset study's results for that dataset (so
+    the full profile can run as two processes and then as a whole), and a changed feature
+    of one dataset retrains that dataset only."""
+    monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path / "cache"))
+    data = {"popqa": make_toy_instances(n=30, seed=3), "msmarco": make_toy_instances(n=30, seed=4)}
+    for ds, insts in data.items():
+        for inst in insts:
+            inst.question.id = f"{ds}:{inst.question.id}"
+    ids = [i.question.id for insts in data.values() for i in insts]
+    rng = np.random.default_rng(0)
+    h, r = rng.normal(size=(len(ids), 6)), rng.random((len(ids), 4))
+    prof = Profile("tiny", limit=30, seeds=(0,), budgets=(), ablation_seeds=(), latency_queries=2,
+                   overrides={"prototype": {"hidden": 16, "max_epochs": 3, "patience": 2, "batch_size": 8}})
+    sels = ["retrieval", "prototype"]
+
+    def run(datasets, feats, name):
+        return json.loads((run_study({ds: data[ds] for ds in datasets}, sels, prof, feats, tmp_path / name,
+                                     progress=False, reuse=True) / "results.json").read_text())
+
+    only = run(["popqa"], InMemoryFeatures(ids[:30], h=h[:30], r=r[:30]), "one")
+    both = run(["popqa", "msmarco"], InMemoryFeatures(ids, h=h, r=r), "two")
+    assert only["reused_results"] == 0
+    assert both["reused_results"] == 2  # popqa's Table 1 rows; msmarco and pooled are new
+    assert both["table1"]["prototype"]["per_dataset"]["popqa"] == only["table1"]["prototype"]["per_dataset"]["popqa"]
+    h2 = h.copy()
+    h2[40] += 1.0  # one msmarco question's feature changes
+    again = run(["popqa", "msmarco"], InMemoryFeatures(ids, h=h2, r=r), "three")
+    assert again["reused_results"] == 2  # popqa's rows again; msmarco's retrain

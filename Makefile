@@ -33,7 +33,7 @@ bench: install models
 	$(BIN)/chunksel bench --profile quick --threads 1
 
 bench-full: install models
-	$(BIN)/chunksel bench --profile full --threads 1 --out reports/full
+	$(BIN)/chunksel bench --profile full --threads 1 --jobs 2 --out reports/full
 
 bench-large: install models
-	$(BIN)/chunksel bench --profile large --threads 1 --out reports/large
+	$(BIN)/chunksel bench --profile large --threads 1 --jobs 2 --out reports/large

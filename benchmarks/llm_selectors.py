@@ -26,13 +26,12 @@ tokens and seconds.
 **Distillation** (``--part distill``): on HotpotQA's K = 5 store (the quick profile's
 ``limit=500``), the utility teacher labels ``--distill-train`` training questions and
 ``--distill-test`` test questions (:mod:`chunksel.labels.utility`; the sidecar is written,
-so ``--label utility`` sees it); the anchored selector (embedding blocks ``q`` and
-``chunk`` only: no generator features, no BM25 statistics) is trained on the same training
-questions once on the teacher's labels and once on answer containment labels, and both
-students are evaluated on the same test questions under the label sets (rank-1 accuracy,
-MRR on answerable questions);
-the students: one trained on the teacher's ``utility`` labels, one on answer
-``containment`` labels; evaluated under ``utility``, ``containment`` and ``gold``.
+so ``--label utility`` sees it). Each student (:data:`STUDENTS`: the anchored selector
+on retriever embeddings only and with its default blocks, the paper prototype, SRAS's
+supervised warm-up) is trained on the same training questions once on the teacher's
+``utility`` labels and once on answer ``containment`` labels, over ``--distill-seeds``,
+and evaluated on the same test questions under ``utility``, ``containment`` and ``gold``
+(rank-1 accuracy, MRR on answerable questions).
 
 Every LLM call goes through the response cache and every answer through the answer
 cache: a killed run resumes, a rerun is free. Writes
@@ -160,8 +159,21 @@ def part_select(args, backend) -> dict:
     return out
 
 
+#: the distillation students: each is trained once on the teacher's labels and once on
+#: containment labels (SRAS: its supervised warm-up only; PPO trains on a QA reward, not
+#: on labels); the small training sample gets the selectors' own defaults otherwise
+STUDENTS: dict[str, dict] = {
+    "anchored (q+chunk: retriever embeddings only)": {"name": "anchored", "blocks": ["q", "chunk"],
+                                                     "max_epochs": 40, "patience": 8, "features": False},
+    "anchored (default blocks, with generator h, r)": {"name": "anchored", "max_epochs": 40, "patience": 8,
+                                                       "features": True},
+    "prototype (paper configuration)": {"name": "prototype", "features": True},
+    "sras (supervised warm-up, no PPO)": {"name": "sras", "ppo_epochs": 0, "features": False},
+}
+
+
 def part_distill(args, backend) -> dict:
-    from chunksel.build import build_instances
+    from chunksel.build import build_instances, extract_question_features
     from chunksel.eval.metrics import evaluate
     from chunksel.labels.utility import label_instances, write_sidecar
     from chunksel.selectors import make_selector
@@ -181,8 +193,7 @@ def part_distill(args, backend) -> dict:
     eval_sets = {**train_sets, "gold": "gold"}
     out = {"dataset": ds, "k": 5, "train_questions": len(train), "test_questions": len(test),
            "dataset_label": own, "teacher": res.teacher, "teacher_summary": res.summary(),
-           "sidecar": str(sidecar), "student": "anchored, blocks q+chunk (retriever embeddings only)",
-           "students": {}}
+           "sidecar": str(sidecar), "seeds": list(args.distill_seeds), "students": {}}
     runs = {r.question_id: r for r in res.runs}
     picks = [list(runs[i.id].order) for i in train + test]
     out["teacher_at_k5"] = {
@@ -199,17 +210,27 @@ def part_distill(args, backend) -> dict:
                                        for name in eval_sets}
     batch = test
     mask = candidate_mask(batch, k=5)
-    for train_label, spec in train_sets.items():
-        sel = make_selector("anchored", blocks=["q", "chunk"], label=spec, progress=False,
-                            max_epochs=40, patience=8, seed=0)
-        sel.fit(train)
-        scores = sel.score(batch)
-        row = {}
-        for eval_label, espec in eval_sets.items():
-            m = evaluate(scores, label_matrix(batch, espec, k=5), mask)
-            row[eval_label] = {"accuracy": round(m["accuracy"], 4), "mrr": round(m["mrr"], 4),
-                               "answerable": m["answerable"]}
-        out["students"][f"trained_on_{train_label}"] = row
+    features = extract_question_features([i.question for i in train + test], progress=False)
+    for student, settings in STUDENTS.items():
+        reads_features = settings["features"]
+        for train_label, spec in train_sets.items():
+            per_seed: dict[str, list[dict]] = {}
+            for seed in args.distill_seeds:
+                sel = make_selector(settings["name"], label=spec, progress=False, seed=seed,
+                                    **{k: v for k, v in settings.items() if k not in ("name", "features")})
+                sel.fit(train, features if reads_features else None)
+                scores = sel.score(batch, features if reads_features else None)
+                for eval_label, espec in eval_sets.items():
+                    m = evaluate(scores, label_matrix(batch, espec, k=5), mask)
+                    per_seed.setdefault(eval_label, []).append(m)
+            out["students"].setdefault(student, {})[f"trained_on_{train_label}"] = {
+                eval_label: {"accuracy": round(float(np.mean([m["accuracy"] for m in ms])), 4),
+                             "accuracy_seeds": [round(m["accuracy"], 4) for m in ms],
+                             "mrr": round(float(np.mean([m["mrr"] for m in ms])), 4),
+                             "answerable": ms[0]["answerable"]}
+                for eval_label, ms in per_seed.items()}
+            stage(f"distill: {student} on {train_label}: " + " ".join(
+                f"{e} {v['accuracy']:.3f}" for e, v in out["students"][student][f"trained_on_{train_label}"].items()))
     ret = np.tile(-np.arange(5, dtype=float), (len(batch), 1))
     out["retrieval_order"] = {
         name: {k: round(v, 4) if isinstance(v, float) else v for k, v in evaluate(ret, label_matrix(batch, espec, k=5), mask).items()
@@ -246,22 +267,27 @@ def markdown(doc: dict) -> str:
         lines.append("")
     dist = doc.get("distill")
     if dist:
+        seeds = dist.get("seeds", [0])
         lines += [f"## Distillation: {dist['dataset']} K=5, {dist['train_questions']} train / "
-                  f"{dist['test_questions']} test questions, student {dist['student']}", "",
+                  f"{dist['test_questions']} test questions, seeds {seeds}", "",
                   f"Teacher {dist['teacher']}: {dist['teacher_summary']}", "",
                   f"Teacher at K=5 ({dist['train_questions'] + dist['test_questions']} questions): evidence vs "
                   f"gold {dist['teacher_at_k5']['evidence_vs_gold']}; k distribution "
                   f"{dist['teacher_at_k5']['k_distribution']}; retrieval top-1 vs gold "
                   f"{dist['teacher_at_k5']['retrieval_top1_vs_gold']}", "",
-                  "Rank-1 accuracy / MRR on the answerable test questions under each label set "
-                  "(answerable counts differ per label set).", "",
-                  "| student trained on | utility labels | containment labels | gold (supporting paragraphs) |",
-                  "|---|---|---|---|"]
-        rows = {**dist["students"], "retrieval order (no training)": dist["retrieval_order"]}
-        for name, r in rows.items():
+                  "Rank-1 accuracy (mean over the seeds) / MRR on the answerable test questions under each "
+                  "label set (answerable counts differ per label set).", "",
+                  "| student | trained on | utility labels | containment labels | gold (supporting paragraphs) |",
+                  "|---|---|---|---|---|"]
+        students = dist["students"]
+        if students and "trained_on_utility" in students:  # an older single-student file
+            students = {dist.get("student", "anchored"): students}
+        rows = [(st, tr.removeprefix("trained_on_"), r) for st, per in students.items() for tr, r in per.items()]
+        rows.append(("retrieval order (no training)", "-", dist["retrieval_order"]))
+        for st, tr, r in rows:
             cells = [f"{r[e]['accuracy']:.3f} / {r[e]['mrr']:.3f} (n={r[e]['answerable']})"
                      for e in ("utility", "containment", "gold")]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            lines.append(f"| {st} | {tr} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -282,6 +308,7 @@ def main() -> None:
     ap.add_argument("--distill-dataset", default="hotpotqa")
     ap.add_argument("--distill-train", type=int, default=60)
     ap.add_argument("--distill-test", type=int, default=30)
+    ap.add_argument("--distill-seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

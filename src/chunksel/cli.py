@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="report directory (default reports/<profile>)")
     p.add_argument("--no-reuse", action="store_true",
                    help="retrain everything instead of reusing results memoised by an earlier run")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="worker processes: the datasets are split over them for the per-dataset stages, "
+                        "then the study reads their memoised results (default 1)")
 
     p = sub.add_parser("report", help="re-render report.md and the plots from a report folder's results.json")
     _common(p)
@@ -218,7 +221,7 @@ def _dataset_args(args: argparse.Namespace) -> dict:
 
 
 #: options that take a count: each must be >= 1 when given (checked before any work)
-_COUNTS = ("threads", "k", "limit", "batch_size", "top", "max_request_bytes", "max_chunks",
+_COUNTS = ("threads", "jobs", "k", "limit", "batch_size", "top", "max_request_bytes", "max_chunks",
            "max_chunk_chars", "max_questions", "max_new_tokens", "concurrency", "queue", "workers",
            "shard_rows")
 
@@ -478,7 +481,8 @@ def _run(args: argparse.Namespace) -> int:
         from chunksel.bench import run_bench
 
         run_bench(profile=args.profile, datasets=args.datasets, selectors=args.selectors,
-                  out=args.out, seed=args.seed, progress=progress, reuse=not args.no_reuse)
+                  out=args.out, seed=args.seed, progress=progress, reuse=not args.no_reuse,
+                  jobs=args.jobs, threads=args.threads)
         return 0
 
     if args.command == "report":

@@ -147,3 +147,32 @@ def test_memo_is_per_dataset(tmp_path, monkeypatch):
     h2[40] += 1.0  # one msmarco question's feature changes
     again = run(["popqa", "msmarco"], InMemoryFeatures(ids, h=h2, r=r), "three")
     assert again["reused_results"] == 2  # popqa's rows again; msmarco's retrain
+
+
+def test_worker_parts_skip_pooling_and_failures_name_their_log(tmp_path, monkeypatch):
+    """A worker of ``bench --jobs N`` runs the per-dataset stages only (the parent pools);
+    a failing worker stops the bench with an error naming its log."""
+    import pytest
+
+    from chunksel.bench import PART_ENV, _run_parts
+    from chunksel.errors import ChunkselError
+
+    monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path / "cache"))
+    data = {"popqa": make_toy_instances(n=24, seed=5), "msmarco": make_toy_instances(n=24, seed=6)}
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("id\ttext\ttitle\tsource\n" + "".join(
+        f"{c.id}\t{c.text}\t{c.title}\ttoy\n" for insts in data.values() for i in insts for c in i.candidates))
+    prof = Profile("tiny", limit=24, seeds=(0,), budgets=(), ablation_seeds=(), latency_queries=2,
+                   overrides={"lambdamart": {"corpus": str(corpus)}})
+    sels = ["retrieval", "lambdamart"]
+    whole = json.loads((run_study(data, sels, prof, None, tmp_path / "w", progress=False, reuse=True)
+                        / "results.json").read_text())
+    assert "lambdamart" in whole["pooled"]
+    monkeypatch.setenv(PART_ENV, "1")
+    part = json.loads((run_study(data, sels, prof, None, tmp_path / "p", progress=False, reuse=True)
+                       / "results.json").read_text())
+    assert part["pooled"] == {} and part["table1"] == whole["table1"]
+    monkeypatch.delenv(PART_ENV)
+    with pytest.raises(ChunkselError, match=r"part 0 \(see .*part-0\.log\), part 1 \(see .*part-1\.log\)"):
+        _run_parts("quick", ["no-such-a", "no-such-b"], ["retrieval"], tmp_path / "out", 0, 2, 1, None)
+    assert "no-such-b" in (tmp_path / "out" / "parts" / "part-1.log").read_text()

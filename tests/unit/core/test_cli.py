@@ -143,6 +143,7 @@ def test_train_refuses_a_file_as_out(capsys, tmp_path, no_loading):
         (["build", "--dataset", "popqa", "--threads", "-2"], ("--threads must be >= 1, got -2",)),
         (["build", "--dataset", "popqa", "--threads", "0"], ("--threads must be >= 1, got 0", "no limit")),
         (["build", "--dataset", "popqa", "--limit", "0"], ("--limit must be >= 1, got 0",)),
+        (["bench", "--jobs", "0"], ("--jobs must be >= 1, got 0",)),
         (["features", "--dataset", "popqa", "--batch-size", "0"], ("--batch-size must be >= 1",)),
         (["build", "--dataset", "popqa", "--seed", "-1"], ("--seed must be in [0, 2**32 - 1], got -1",)),
         (["select", "--model", "m", "--question", "q?", "--chunk", "a", "--top", "0"], ("--top must be >= 1, got 0",)),

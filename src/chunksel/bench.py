@@ -417,7 +417,9 @@ def run_bench(
                      extra_config=extra_config, timings=timings, t_start=t_start, reuse=reuse)
 
 
-#: set in a worker process of ``run_bench(jobs > 1)``: per-dataset stages only
+#: set in a worker process of ``run_bench(jobs > 1)``: per-dataset stages only; its value
+#: is the whole study's first dataset, where Table 1 measures the cost columns (so the
+#: workers' memo keys are the ones the whole study looks up)
 PART_ENV = "CHUNKSEL_BENCH_PART"
 
 
@@ -444,7 +446,7 @@ def _run_parts(profile: str, datasets: Sequence[str], selectors: Sequence[str], 
         _say(f"part {n}: {' '.join(group)} (log {log})")
         with open(log, "w") as fh:
             procs.append((n, log, subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
-                                                   env={**os.environ, PART_ENV: "1"})))
+                                                   env={**os.environ, PART_ENV: datasets[0]})))
     failed = [(n, log) for n, log, p in procs if p.wait() != 0]
     if failed:
         raise ChunkselError("bench worker(s) failed: " + ", ".join(f"part {n} (see {log})" for n, log in failed))
@@ -575,6 +577,9 @@ class _Study:
         self.answerable: dict[str, np.ndarray] = {}
         self.extra: dict[str, Any] = {}
         self.t1: dict[str, Table1Row] = {}
+        #: where Table 1 measures the cost columns: the study's first dataset (a worker of
+        #: ``bench --jobs``: the whole study's)
+        self.cost_dataset = os.environ.get(PART_ENV) or self.datasets[0]
 
     # ---------------------------------------------------------------- one fit
     def fit_eval(self, name: str, s: int, ds: str, stage: str = "table1", want_cost: bool = False,
@@ -607,7 +612,7 @@ class _Study:
                 t0 = time.time()
                 accs, vals = [], []
                 for s in seeds:
-                    want_cost = s == seeds[0] and ds == self.datasets[0]
+                    want_cost = s == seeds[0] and ds == self.cost_dataset
                     res = self.fit_eval(name, s, ds, want_cost=want_cost)
                     metrics = res["metrics"]
                     accs.append(100.0 * metrics["accuracy"])

@@ -162,16 +162,20 @@ def test_worker_parts_skip_pooling_and_failures_name_their_log(tmp_path, monkeyp
     corpus = tmp_path / "corpus.tsv"
     corpus.write_text("id\ttext\ttitle\tsource\n" + "".join(
         f"{c.id}\t{c.text}\t{c.title}\ttoy\n" for insts in data.values() for i in insts for c in i.candidates))
-    prof = Profile("tiny", limit=24, seeds=(0,), budgets=(), ablation_seeds=(), latency_queries=2,
+    prof = Profile("tiny", limit=24, seeds=(0, 1), budgets=(), ablation_seeds=(), latency_queries=2,
                    overrides={"lambdamart": {"corpus": str(corpus)}})
     sels = ["retrieval", "lambdamart"]
     whole = json.loads((run_study(data, sels, prof, None, tmp_path / "w", progress=False, reuse=True)
                         / "results.json").read_text())
     assert "lambdamart" in whole["pooled"]
-    monkeypatch.setenv(PART_ENV, "1")
-    part = json.loads((run_study(data, sels, prof, None, tmp_path / "p", progress=False, reuse=True)
-                       / "results.json").read_text())
-    assert part["pooled"] == {} and part["table1"] == whole["table1"]
+    # a worker over msmarco alone, in a study whose first dataset is popqa: its memo keys
+    # are the whole study's (the cost columns belong to popqa), so it reuses every fit
+    monkeypatch.setenv(PART_ENV, "popqa")
+    part = json.loads((run_study({"msmarco": data["msmarco"]}, sels, prof, None, tmp_path / "p", progress=False,
+                                 reuse=True) / "results.json").read_text())
+    assert part["pooled"] == {} and part["reused_results"] == 3  # retrieval (1 seed), lambdamart (2 seeds)
+    for name in sels:
+        assert part["table1"][name]["per_dataset"]["msmarco"] == whole["table1"][name]["per_dataset"]["msmarco"]
     monkeypatch.delenv(PART_ENV)
     with pytest.raises(ChunkselError, match=r"part 0 \(see .*part-0\.log\), part 1 \(see .*part-1\.log\)"):
         _run_parts("quick", ["no-such-a", "no-such-b"], ["retrieval"], tmp_path / "out", 0, 2, 1, None)

@@ -83,11 +83,11 @@ def _tfidf_cosine(stats: BM25Stats, q: Counter, d: Counter, idf: dict[str, float
     for t in d:
         if t not in idf:
             idf[t] = _smooth_idf(stats, t)
-    dot = sum(q[t] * idf[t] * d[t] * idf[t] for t in q if t in d)
+    dot = math.fsum(q[t] * idf[t] * d[t] * idf[t] for t in q if t in d)
     if dot == 0.0:
         return 0.0
-    nq = math.sqrt(sum((v * idf[t]) ** 2 for t, v in q.items()))
-    nd = math.sqrt(sum((v * idf[t]) ** 2 for t, v in d.items()))
+    nq = math.sqrt(math.fsum((v * idf[t]) ** 2 for t, v in q.items()))
+    nd = math.sqrt(math.fsum((v * idf[t]) ** 2 for t, v in d.items()))
     return dot / (nq * nd)
 
 
@@ -101,7 +101,9 @@ def instance_features(inst: Instance, stats: BM25Stats, k1: float = 1.5, b: floa
     q_words = _words(inst.question.text)
     q_bi = _bigrams(q_words)
     idf: dict[str, float] = {t: _smooth_idf(stats, t) for t in q_set}
-    q_idf_total = sum(idf[t] for t in q_set)
+    # math.fsum: sets iterate in a per-process hash order, and a plain float sum would
+    # then differ in its last bits from run to run (enough to move a tree's split)
+    q_idf_total = math.fsum(idf[t] for t in q_set)
     docs = tokenize([passage_text(c.title, c.text) for c in inst.candidates])
     titles = tokenize([c.title for c in inst.candidates])
     for j, (cand, d_terms, t_terms) in enumerate(zip(inst.candidates, docs, titles, strict=True)):
@@ -113,7 +115,7 @@ def instance_features(inst: Instance, stats: BM25Stats, k1: float = 1.5, b: floa
         out[j, 3] = stats.score_tokens(q_terms, d_terms, k1, b)
         out[j, 5] = _tfidf_cosine(stats, q_count, Counter(d_terms), idf)
         out[j, 6] = len(covered) / len(q_set) if q_set else 0.0
-        out[j, 7] = sum(idf[t] for t in covered) / q_idf_total if q_idf_total > 0 else 0.0
+        out[j, 7] = math.fsum(idf[t] for t in covered) / q_idf_total if q_idf_total > 0 else 0.0
         out[j, 8] = len(q_bi & _bigrams(d_words)) / len(q_bi) if q_bi else 0.0
         out[j, 9] = len(q_set & set(t_terms)) / len(q_set) if q_set else 0.0
         out[j, 10] = math.log1p(len(d_words))

@@ -69,3 +69,30 @@ def test_batch_features_pad_with_zeros(tmp_path: Path) -> None:
     assert x.shape == (2, 3, len(FEATURE_NAMES))
     assert mask.tolist() == [[True, True, False], [True, True, True]]
     assert not x[0, 2].any()
+
+
+_SCRIPT = """
+import sys
+from chunksel.selectors.bm25 import BM25Stats
+from chunksel.selectors.letor import instance_features
+from chunksel.types import Candidate, Instance, Question
+words = [f"w{i}" for i in range(60)]
+docs = [" ".join(words[j:j + 7 + j % 5]) for j in range(50)]
+stats = BM25Stats.from_texts(docs)
+q = Question(id="toy:q:1", text=" ".join(words[3:40:3]), answers=["x"], dataset="toy")
+cands = [Candidate(id=str(j), text=docs[j], title=words[j], score=1.0 - j / 10, rank=j) for j in range(0, 50, 7)]
+sys.stdout.write(instance_features(Instance(q, cands), stats).tobytes().hex())
+"""
+
+
+def test_features_do_not_depend_on_the_process_hash_seed() -> None:
+    """Sums over sets of terms are exact (math.fsum), so two processes with different
+    string-hash seeds compute bit-identical features (a plain sum did not, which moved
+    LambdaMART's early-stopped trees between runs)."""
+    import os
+    import subprocess
+    import sys
+
+    out = [subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2, 3, 4)]
+    assert out[0] and len(set(out)) == 1

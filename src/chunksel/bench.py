@@ -279,14 +279,14 @@ def _instances_fingerprint(instances: Sequence[Any]) -> str:
     ])
 
 
-def _features_fingerprint(features: Any, ids: Sequence[str] | None = None) -> str | None:
-    """sha256 over the features of ``ids`` (default: every id the features hold)."""
+def _features_fingerprint(features: Any, ids: Sequence[str]) -> str | None:
+    """sha256 over the features of ``ids``."""
     if features is None:
         return None
     import hashlib
 
     h = hashlib.sha256()
-    ids = sorted(set(getattr(features, "ids", [])) if ids is None else set(ids))
+    ids = sorted(set(ids))
     h.update("\n".join(ids).encode())
     if ids:
         for name, arr in sorted(features.lookup(ids).items()):
@@ -370,6 +370,10 @@ def run_bench(
     if profile not in PROFILES:
         raise ConfigError(f"unknown profile {profile!r}; use {', '.join(PROFILES)}")
     prof = PROFILES[profile]
+    if jobs > 1 and not reuse:
+        raise ConfigError("--jobs needs the result memo (leave out --no-reuse)")
+    if jobs > 1 and generator is not None:
+        raise ConfigError("--jobs runs the default generator only")
     datasets = list(datasets or DATASETS)
     selectors = list(selectors or default_selectors())
     for name in selectors:
@@ -400,10 +404,8 @@ def run_bench(
         timings["features"] = time.time() - t0
 
     if jobs > 1 and len(datasets) > 1:
-        if not reuse:
-            raise ConfigError("--jobs needs the result memo (leave out --no-reuse)")
         t0 = time.time()
-        _run_parts(prof.name, datasets, selectors, out_dir, seed, jobs, threads, generator)
+        _run_parts(prof.name, datasets, selectors, out_dir, seed, jobs, threads)
         timings["parts"] = time.time() - t0
 
     instances = {ds: built[ds].instances for ds in datasets}
@@ -424,21 +426,18 @@ PART_ENV = "CHUNKSEL_BENCH_PART"
 
 
 def _run_parts(profile: str, datasets: Sequence[str], selectors: Sequence[str], out_dir: Path, seed: int,
-               jobs: int, threads: int | None, generator: str | None) -> None:
+               jobs: int, threads: int | None) -> None:
     """Run the per-dataset stages of ``datasets`` in ``jobs`` worker processes and wait."""
     import sys
 
     from chunksel.errors import ChunkselError
 
-    if generator is not None:
-        raise ConfigError("--jobs runs the default generator only")
     groups = [list(datasets[i::jobs]) for i in range(min(jobs, len(datasets)))]
     parts = out_dir / "parts"
     parts.mkdir(parents=True, exist_ok=True)
     procs = []
     for n, group in enumerate(groups):
-        cmd = [sys.executable, "-c", "import sys; from chunksel.cli import main; sys.exit(main(sys.argv[1:]))",
-               "bench", "--profile", profile, "--seed", str(seed), "--datasets", *group,
+        cmd = [sys.executable, "-m", "chunksel.cli", "bench", "--profile", profile, "--seed", str(seed), "--datasets", *group,
                "--selectors", *selectors, "--out", str(parts / f"part-{n}")]
         if threads:
             cmd += ["--threads", str(threads)]
@@ -506,7 +505,7 @@ def run_study(
         table2=study.table2() if REPRODUCTION in selectors else {},
         table3=study.table3() if REPRODUCTION in selectors else {},
         generator_ablation=study.generator_ablation() if FLAGSHIP in selectors else None,
-        pooled={} if os.environ.get(PART_ENV) else study.pooled(baselines),  # a worker: the parent pools
+        pooled=study.pooled(baselines),
         significance=study.significance(baselines),
         learning_curve=study.learning_curves(),
         llm=study.llm_table(),
@@ -577,9 +576,10 @@ class _Study:
         self.answerable: dict[str, np.ndarray] = {}
         self.extra: dict[str, Any] = {}
         self.t1: dict[str, Table1Row] = {}
-        #: where Table 1 measures the cost columns: the study's first dataset (a worker of
-        #: ``bench --jobs``: the whole study's)
-        self.cost_dataset = os.environ.get(PART_ENV) or self.datasets[0]
+        #: in a worker of ``bench --jobs``: the whole study's first dataset (else None)
+        self.part_of = os.environ.get(PART_ENV) or None
+        #: where Table 1 measures the cost columns: the (whole) study's first dataset
+        self.cost_dataset = self.part_of or self.datasets[0]
 
     # ---------------------------------------------------------------- one fit
     def fit_eval(self, name: str, s: int, ds: str, stage: str = "table1", want_cost: bool = False,
@@ -731,7 +731,7 @@ class _Study:
         from chunksel.selectors import get_selector_class
 
         pooled: dict[str, PooledRow] = {}
-        if len(self.datasets) < 2:
+        if len(self.datasets) < 2 or self.part_of:  # a worker: the whole study pools
             return pooled
         trained = [n for n in baselines if get_selector_class(n).requires_fit]
         strongest_trained = self.strongest(trained)

@@ -178,5 +178,5 @@ def test_worker_parts_skip_pooling_and_failures_name_their_log(tmp_path, monkeyp
         assert part["table1"][name]["per_dataset"]["msmarco"] == whole["table1"][name]["per_dataset"]["msmarco"]
     monkeypatch.delenv(PART_ENV)
     with pytest.raises(ChunkselError, match=r"part 0 \(see .*part-0\.log\), part 1 \(see .*part-1\.log\)"):
-        _run_parts("quick", ["no-such-a", "no-such-b"], ["retrieval"], tmp_path / "out", 0, 2, 1, None)
+        _run_parts("quick", ["no-such-a", "no-such-b"], ["retrieval"], tmp_path / "out", 0, 2, 1)
     assert "no-such-b" in (tmp_path / "out" / "parts" / "part-1.log").read_text()

@@ -215,3 +215,64 @@ def test_oracle_never_bold_and_strongest_baseline():
     assert strongest_baseline(r) == "knrm"
     assert strongest_baseline(r, exclude=()) == "prototype"
     assert strongest_baseline({"table1": {}}) is None
+
+
+def _flagship_results(profile: str) -> dict:
+    """The anchored flagship vs LambdaMART and retrieval on two datasets, hand-made."""
+    def cell(*seeds: float) -> dict:
+        return {"seeds": list(seeds), "n": 100}
+
+    def cmp(a: str, b: str, diff: float, lo: float, hi: float, acc_a: float, acc_b: float) -> dict:
+        return {"a": a, "b": b, "diff": diff, "lo": lo, "hi": hi, "p": 0.01, "n": 100,
+                "acc_a": acc_a, "acc_b": acc_b}
+
+    return {
+        "config": {"profile": {"name": profile}},
+        "datasets": ["triviaqa", "nq"],
+        "flagship": "anchored",
+        "strongest_baseline": "lambdamart",
+        "strongest_per_dataset": {"triviaqa": "lambdamart", "nq": "lambdamart"},
+        "table1": {
+            "retrieval": {"per_dataset": {"triviaqa": cell(60.0), "nq": cell(70.0)}},
+            "lambdamart": {"per_dataset": {"triviaqa": cell(68.0, 68.0, 68.0), "nq": cell(75.0, 75.0, 75.0)}},
+            "anchored": {"per_dataset": {"triviaqa": cell(71.0, 72.0, 73.0), "nq": cell(73.0, 74.0, 75.0)}},
+        },
+        "significance": {
+            "triviaqa": [cmp("anchored", "lambdamart", 4.0, 1.5, 6.5, 72.0, 68.0),
+                         cmp("anchored", "retrieval", 12.0, 9.0, 15.0, 72.0, 60.0)],
+            "nq": [cmp("anchored", "lambdamart", -1.0, -3.0, -0.2, 74.0, 75.0)],
+        },
+        "learning_curve": {"triviaqa": {"usable_train": 900, "sizes": [500, 900], "per_selector": {
+            "anchored": {"500": 70.0, "900": 72.0}, "lambdamart": {"500": 65.0, "900": 68.0}}}},
+    }
+
+
+def test_flagship_targets_measured_verdicts_and_shortfalls():
+    from chunksel.eval.report import flagship_targets, format_flagship_targets
+
+    t = flagship_targets(_flagship_results("large"))
+    assert t["per_dataset"]["triviaqa"]["class"] == "better" and t["per_dataset"]["nq"]["class"] == "worse"
+    assert t["n_better"] == 1 and t["n_worse"] == 1 and t["large"]
+    assert t["margin_over_strongest"] == pytest.approx(73.0 - 71.5)  # (72 + 74) / 2 - (68 + 75) / 2
+    assert t["margin_over_retrieval"] == pytest.approx(73.0 - 65.0)
+    text = format_flagship_targets(_flagship_results("large"))
+    assert _row(text, "Not significantly below the strongest baseline on any dataset")[1:4] == [
+        "1 below (NQ)", "0 below", "not met"]
+    assert _row(text, "Average above the strongest baseline (LambdaMART)")[1:5] == ["+1.50", "≥ +1.00", "met", "–"]
+    assert _row(text, "Average above retrieval order")[1:4] == ["+8.00", "≥ +8.00", "met"]
+    sig = _row(text, "Significantly better than the strongest baseline (large profile: ≥ 3 of 2)")
+    assert sig[1:5] == ["1 of 2", "≥ 3", "not met", "2 dataset(s)"]
+    # a target is missed, so the learning curve is read out: the gap grows from +5 to +4
+    assert "Anchored prototype 70.00 at 500" in text and "the gap goes from +5.00 to +4.00 points" in text
+    # on another profile the count is shown but not judged
+    other = format_flagship_targets(_flagship_results("full"))
+    assert _row(other, "Significantly better than the strongest baseline (large profile: ≥ 3 of 2)")[2:4] == [
+        "(large profile)", "–"]
+    # no flagship, or no comparison of it: no section
+    r = _flagship_results("full")
+    r["flagship"] = None
+    assert format_flagship_targets(r) == "" and "flagship against" not in render_markdown(r)
+    r = _flagship_results("full")
+    r["significance"] = {}
+    assert flagship_targets(r) is None
+    assert "## The flagship against its targets" in render_markdown(_flagship_results("full"))

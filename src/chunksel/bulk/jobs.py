@@ -38,6 +38,7 @@ from chunksel.bulk.manifest import (
     ShardManifest,
     atomic_write_text,
     mark_done,
+    new_run,
     read_done,
     read_log,
     shard_name,
@@ -89,7 +90,8 @@ def _run(manifest: ShardManifest, worker_cls: type, worker_kwargs: dict[str, Any
     if not pending:
         return report
     t0, since = time.perf_counter(), time.time()
-    kwargs = {"job": str(manifest.folder), "fault": fault, **worker_kwargs}
+    run = new_run(manifest.folder)
+    kwargs = {"job": str(manifest.folder), "fault": fault, "run": run, **worker_kwargs}
     try:
         for summary in run_shards(worker_cls, kwargs, pending, [manifest.shards[s] for s in pending],
                                   workers=workers, address=address, progress=progress,
@@ -100,7 +102,10 @@ def _run(manifest: ShardManifest, worker_cls: type, worker_kwargs: dict[str, Any
                 report.rows += int(summary.get("rows", 0))
     except BulkJobError:
         # Ray Data stops a failed job gracefully: the other workers finish the shard in
-        # hand. Wait for them, so that a re-run never computes a shard still in flight.
+        # hand, and one may already hold the next. End this run's token first (a shard
+        # started from now on is abandoned), then wait for those started, so that a re-run
+        # never computes a shard still in flight.
+        new_run(manifest.folder)
         wait_for_shards_in_flight(manifest.folder, since)
         raise
     report.seconds = time.perf_counter() - t0

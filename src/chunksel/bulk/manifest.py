@@ -5,8 +5,9 @@ planned once, up front, and written to ``manifest.json`` in the job's folder::
 
     manifest.json     {"format", "kind", "identity", "key", "shards": [payload, ...]}
     done/00003.json   written by the worker after shard 3's outputs are in place
-    log.jsonl         one line per event: {"event": "start"|"done"|"skip", "shard",
-                      "pid", "host", "time", "seconds"}
+    log.jsonl         one line per event: {"event": "start"|"done"|"skip"|"fail"|"abandon",
+                      "shard", "pid", "host", "time", "seconds"}
+    run               the token of the run that may compute shards now (see below)
 
 A worker writes its shard's outputs atomically (temporary name, then ``os.replace``),
 then the shard's ``done`` marker (atomically too). So a worker killed at any point
@@ -14,6 +15,14 @@ leaves either no marker -- the shard is pending and the next run redoes it -- or
 finished shard that no later run touches. ``identity`` holds every setting that defines
 the outputs; opening a folder whose manifest names another job or other settings is
 refused (:class:`~chunksel.errors.ConfigError`) rather than mixing two jobs' shards.
+
+Each run of a job writes a fresh token to ``run`` and hands it to its workers; a worker
+logs ``start`` and only then compares its token with the file's, and abandons the shard
+(logs ``abandon``, computes nothing) when they differ. A run that fails overwrites the
+token first and then waits for every shard started since it began: a straggler of the
+failed run (Ray Data may have handed it the next shard already) either started before
+that wait looked, and is waited for, or sees the stale token. So a re-run never computes a
+shard alongside a worker of an earlier run.
 
 The log is append-only (one ``write`` per line on an ``O_APPEND`` file), so several
 workers may log to it at once; it is what tests and benchmarks read to count how often
@@ -37,6 +46,7 @@ FORMAT = 1
 MANIFEST = "manifest.json"
 DONE_DIR = "done"
 LOG = "log.jsonl"
+RUN = "run"
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -44,6 +54,22 @@ def atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def new_run(folder: str | os.PathLike) -> str:
+    """Start a run of the job in ``folder``: write a fresh token to its ``run`` file and
+    return it (the token a run's workers must hold to compute a shard)."""
+    import uuid
+
+    token = uuid.uuid4().hex
+    atomic_write_text(Path(folder) / RUN, token)
+    return token
+
+
+def current_run(folder: str | os.PathLike) -> str | None:
+    """The token of the job's current run (``None`` before any run)."""
+    path = Path(folder) / RUN
+    return path.read_text(encoding="utf-8").strip() if path.is_file() else None
 
 
 def shard_name(shard: int) -> str:

@@ -4,7 +4,8 @@ Each class is constructed once per actor (it loads its model there) and called b
 Ray Data with a batch of one shard row (``shard``, JSON ``payload``). For each shard it
 
 1. returns at once if the shard's done marker exists (a retry after the shard finished),
-2. logs ``start``, computes, and -- for a fault drill, see :class:`Fault` -- may fail here
+2. logs ``start``; abandons the shard (logs ``abandon``) if its run token is no longer the
+   job's current one (a straggler of a failed run, see :mod:`chunksel.bulk.manifest`); computes, and -- for a fault drill, see :class:`Fault` -- may fail here
    (an exception is logged as ``fail`` and raised),
 3. writes the shard's outputs atomically, then the done marker, then logs ``done``.
 
@@ -24,7 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chunksel.bulk.engine import worker_threads
-from chunksel.bulk.manifest import is_done, log_event, mark_done, read_done, shard_name
+from chunksel.bulk.manifest import current_run, is_done, log_event, mark_done, read_done, shard_name
 from chunksel.errors import ChunkselError
 
 
@@ -73,13 +74,16 @@ class ShardWorker:
         job: the job folder (manifest, done markers, log).
         fault: a :class:`Fault` spec (drills and tests), or ``None``.
         threads: torch/BLAS threads of this worker.
+        run: the run token of the driver that launched it (``None``: no check).
     """
 
     kind: ClassVar[str] = ""
 
-    def __init__(self, job: str, fault: dict[str, Any] | None = None, threads: int = 1) -> None:
+    def __init__(self, job: str, fault: dict[str, Any] | None = None, threads: int = 1,
+                 run: str | None = None) -> None:
         worker_threads(threads)
         self.job = Path(job)
+        self.run_token = run
         self.fault = Fault(fault)
         t0 = time.perf_counter()
         self.load()
@@ -109,6 +113,9 @@ class ShardWorker:
             log_event(self.job, "skip", shard)
             return {**read_done(self.job, shard), "skipped": True}
         log_event(self.job, "start", shard)
+        if self.run_token is not None and current_run(self.job) != self.run_token:
+            log_event(self.job, "abandon", shard)  # its run has ended: leave the shard to the next
+            return {"shard": shard, "skipped": True, "abandoned": True}
         t0 = time.perf_counter()
         try:
             results = self.compute(shard, payload)

@@ -91,3 +91,39 @@ def test_wait_for_shards_in_flight(tmp_path):
     # a live worker still on shard 3 is waited for, up to the timeout
     log_event(tmp_path, "start", 3)
     assert wait_for_shards_in_flight(tmp_path, now - 1, timeout=0.3) == [3]
+
+
+def test_a_worker_of_an_ended_run_abandons_its_shard(tmp_path):
+    """A straggler of a failed run (its token no longer current) computes nothing; the
+    current run's worker computes and marks the shard; both ends show in the log."""
+    from chunksel.bulk.jobs import wait_for_shards_in_flight
+    from chunksel.bulk.manifest import current_run, new_run, read_log
+    from chunksel.bulk.workers import ShardWorker
+
+    class Doubler(ShardWorker):
+        kind = "test"
+        computed: list[int] = []
+
+        def compute(self, shard, payload):
+            Doubler.computed.append(shard)
+            return 2 * payload["x"]
+
+        def write(self, shard, payload, results):
+            return {"rows": 1, "value": results}
+
+    assert current_run(tmp_path) is None
+    old = new_run(tmp_path)
+    straggler = Doubler(str(tmp_path), run=old)
+    new = new_run(tmp_path)  # the failed run ended its token; a re-run holds a new one
+    assert new != old and current_run(tmp_path) == new
+    out = straggler.run(3, {"x": 5})
+    assert out == {"shard": 3, "skipped": True, "abandoned": True}
+    assert Doubler.computed == [] and not is_done(tmp_path, 3)
+    assert wait_for_shards_in_flight(tmp_path, 0.0, timeout=2.0) == []  # abandon ends the start
+    out = Doubler(str(tmp_path), run=new).run(3, {"x": 5})
+    assert out["value"] == 10 and not out["skipped"] and is_done(tmp_path, 3)
+    assert Doubler.computed == [3]
+    events = [(e["event"], e["shard"]) for e in read_log(tmp_path) if e["shard"] >= 0]
+    assert events == [("start", 3), ("abandon", 3), ("start", 3), ("done", 3)]
+    # without a token (single-process use) there is no check
+    assert Doubler(str(tmp_path)).run(4, {"x": 1})["value"] == 2

@@ -1,9 +1,10 @@
 """The three bulk jobs on a local Ray instance against the single-process path.
 
 Real models on a handful of items: all-MiniLM-L6-v2 (encoding), SmolLM2-135M-Instruct
-(features, judge). Each job's outputs are compared with the single-process path's
-**exactly** (bit for bit): a shard is computed by the same function on the same inputs
-with the same batch sizes, and every process runs one thread. Fault drills kill or fail
+(features, judge). Each job's outputs are compared with the single-process path's: a
+shard is computed by the same function on the same inputs with the same batch sizes, and
+every process runs one thread; features and judge labels match exactly, embeddings to
+1e-6 (a float32 GEMM's last bits can differ between processes). Fault drills kill or fail
 a worker midway; the manifest's log then shows that every shard was computed to the end
 exactly once.
 """
@@ -52,7 +53,7 @@ def _done_once(folder) -> None:
     assert counts and set(counts.values()) == {1}, counts
 
 
-def test_encoding_matches_single_process_and_resumes(ray_session, tmp_path, monkeypatch):
+def test_encoding_matches_single_process_and_resumes(ray_session, one_thread, tmp_path, monkeypatch):
     from chunksel.bulk.engine import BulkJobError
     from chunksel.bulk.jobs import encode_corpus, sharded_ivfpq
     from chunksel.errors import ConfigError
@@ -80,7 +81,10 @@ def test_encoding_matches_single_process_and_resumes(ray_session, tmp_path, monk
     _done_once(job)
     assert [e["shard"] for e in read_log(job) if e["event"] == "start"].count(2) == 2  # failed, then redone
     got = corpus_embeddings(corpus, encoder, use_precomputed=False, shard_rows=4, progress=False)
-    np.testing.assert_array_equal(got, ref)
+    # the same function on the same batches, one thread everywhere; the last bits of a float32
+    # GEMM can still differ between processes (BLAS picks kernels by buffer alignment), which
+    # moved 1e-7 of a unit-norm vector in 1 of about 6 runs on a loaded machine
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6)
     assert encode_corpus(corpus, encoder, workers=2, shard_rows=4, progress=False).computed == 0
     with pytest.raises(ConfigError, match="shard_rows=4"):
         encode_corpus(corpus, encoder, workers=2, shard_rows=5, progress=False)
@@ -88,9 +92,9 @@ def test_encoding_matches_single_process_and_resumes(ray_session, tmp_path, monk
     # the index filled from the shards is the one cached_index would build from the array
     settings = dict(nlist=2, m=8, nbits=2, train_sample=10, nprobe=2, seed=0)
     index = sharded_ivfpq(corpus, encoder, progress=False, **settings)
-    reuse = cached_index(ref, "unused", encoder.model_id, kind="ivfpq", progress=False, **settings)
+    reuse = cached_index(got, "unused", encoder.model_id, kind="ivfpq", progress=False, **settings)
     assert reuse.ntotal == len(corpus)
-    whole = build_index(ref, kind="ivfpq", progress=False, **settings)
+    whole = build_index(got, kind="ivfpq", progress=False, **settings)
     q = encoder.encode(QUESTIONS, progress=False)
     np.testing.assert_array_equal(index.search(q, 5)[1], whole.search(q, 5)[1])
 

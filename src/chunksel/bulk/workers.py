@@ -5,8 +5,9 @@ Ray Data with a batch of one shard row (``shard``, JSON ``payload``). For each s
 
 1. returns at once if the shard's done marker exists (a retry after the shard finished),
 2. logs ``start``; abandons the shard (logs ``abandon``) if its run token is no longer the
-   job's current one (a straggler of a failed run, see :mod:`chunksel.bulk.manifest`); computes, and -- for a fault drill, see :class:`Fault` -- may fail here
-   (an exception is logged as ``fail`` and raised),
+   job's current one (a straggler of a failed run, see :mod:`chunksel.bulk.manifest`);
+   computes, and -- for a fault drill, see :class:`Fault` -- may fail here (an exception
+   is logged as ``fail`` and raised),
 3. writes the shard's outputs atomically, then the done marker, then logs ``done``.
 
 The outputs are exactly those of the single-process code path on the same shard: the

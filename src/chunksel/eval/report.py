@@ -442,8 +442,7 @@ def flagship_targets(results: Results) -> dict[str, Any] | None:
         out["margin_over_retrieval"] = None if r_avg is None else flag_avg - r_avg
     out["n_worse"] = sum(r["class"] == "worse" for r in rows.values())
     out["n_better"] = sum(r["class"] == "better" for r in rows.values())
-    profile = res.config.get("profile")
-    out["large"] = (profile.get("name") if isinstance(profile, Mapping) else profile) == "large"
+    out["large"] = res.profile_name == "large"
     return out
 
 
@@ -485,22 +484,16 @@ def format_flagship_targets(results: Results) -> str:
     rows.append(["Not significantly below the strongest baseline on any dataset",
                  f"{t['n_worse']} below" + (f" ({', '.join(worse)})" if worse else ""), "0 below",
                  _verdict(t["n_worse"] == 0), DASH if not t["n_worse"] else f"{t['n_worse']} dataset(s)"])
-    m = t.get("margin_over_strongest")
-    if m is not None:
-        rows.append([f"Average above the strongest baseline ({selector_label(t['strongest_baseline'])})",
-                     f"{m:+.2f}", f"≥ +{T['margin_over_strongest']:.2f}",
-                     _verdict(m >= T["margin_over_strongest"]),
-                     DASH if m >= T["margin_over_strongest"] else f"{T['margin_over_strongest'] - m:.2f} pp"])
-    mp = t.get("margin_over_per_dataset_best")
-    if mp is not None:
-        rows.append(["Average above each dataset's strongest baseline", f"{mp:+.2f}",
-                     f"≥ +{T['margin_over_strongest']:.2f}", _verdict(mp >= T["margin_over_strongest"]),
-                     DASH if mp >= T["margin_over_strongest"] else f"{T['margin_over_strongest'] - mp:.2f} pp"])
-    mr = t.get("margin_over_retrieval")
-    if mr is not None:
-        rows.append(["Average above retrieval order", f"{mr:+.2f}", f"≥ +{T['margin_over_retrieval']:.2f}",
-                     _verdict(mr >= T["margin_over_retrieval"]),
-                     DASH if mr >= T["margin_over_retrieval"] else f"{T['margin_over_retrieval'] - mr:.2f} pp"])
+    for key, label, target in (
+        ("margin_over_strongest", f"Average above the strongest baseline ({selector_label(str(t.get('strongest_baseline')))})",
+         T["margin_over_strongest"]),
+        ("margin_over_per_dataset_best", "Average above each dataset's strongest baseline", T["margin_over_strongest"]),
+        ("margin_over_retrieval", "Average above retrieval order", T["margin_over_retrieval"]),
+    ):
+        m = t.get(key)
+        if m is not None:
+            rows.append([label, f"{m:+.2f}", f"≥ +{target:.2f}", _verdict(m >= target),
+                         DASH if m >= target else f"{target - m:.2f} pp"])
     need = int(T["significantly_better_large"])
     n_ds = len(t["datasets"])
     rows.append([f"Significantly better than the strongest baseline (large profile: ≥ {need} of {n_ds})",

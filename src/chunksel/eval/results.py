@@ -296,6 +296,11 @@ class BenchResults:
     version: int = RESULTS_VERSION
 
     # -------------------------------------------------------------- helpers
+    @property
+    def profile_name(self) -> str | None:
+        """The profile's name (``quick``, ``full``, ``large``) from the config, if recorded."""
+        return ((self.config or {}).get("profile") or {}).get("name")
+
     def profile_seeds(self, key: str) -> list[int]:
         """The profile's seeds under ``key`` (``seeds``, ``ablation_seeds``) from the config."""
         return list(((self.config or {}).get("profile") or {}).get(key) or [])

@@ -98,8 +98,8 @@ FLAGSHIP = "anchored"
 REPRODUCTION = "prototype"
 #: the flagship's generator ablation: its blocks with and without h and r
 GENERATOR_ABLATION: dict[str, tuple[str, ...]] = {
-    "with h, r": ("hs", "rw", "q", "chunk", "letor"),
-    "without h, r": ("q", "chunk", "letor"),
+    "with h, r": ("hs", "rw", "q", "chunk", "letor", "lambdamart"),
+    "without h, r": ("q", "chunk", "letor", "lambdamart"),
 }
 ABLATIONS: dict[str, tuple[str, ...]] = {
     "HS": ("hs",),

@@ -9,11 +9,13 @@ standard-scaled)::
     p     = normalize(q + g(x))                              evidence prototype
     s_k   = -beta * rank_k                                   anchor: retrieval order
           + (cos(p, e_k) - cos(q, e_k)) / tau                prototype correction
-          + u(phi_k)                                         interaction correction
+          + u(phi_k) + w . phi_k                             interaction correction
 
 ``g`` is an MLP whose last layer starts at zero, ``u`` a small per-candidate MLP whose
-last layer starts at zero, and ``beta > 0`` a learned scale. At initialisation ``p = q``
-exactly and ``u = 0``, so the scores are ``-beta * rank``: the untrained scorer ranks
+last layer starts at zero, ``w`` a linear path beside it (no dropout, so a strong single
+feature such as a stacked ranker's score passes undamped; zero at initialisation), and
+``beta > 0`` a learned scale. At initialisation ``p = q`` exactly and ``u = w = 0``, so
+the scores are ``-beta * rank``: the untrained scorer ranks
 exactly as retrieval order, and training moves away from it only where the multi-positive
 contrastive loss (Eq. 8 on the logits ``s``) says so. With ``tau`` = 0.1 the prototype
 term moves a score by up to ``2 / tau`` = 20 logits, the anchor by ``beta`` per rank.
@@ -61,6 +63,7 @@ class AnchoredScorer(nn.Module):
         dropout: dropout after each hidden layer.
         tau: temperature of the prototype term.
         beta: the anchor's initial scale (logits per rank).
+        phi_linear: add the linear interaction path ``w``.
     """
 
     def __init__(
@@ -76,6 +79,7 @@ class AnchoredScorer(nn.Module):
         dropout: float = 0.3,
         tau: float = 0.1,
         beta: float = 1.0,
+        phi_linear: bool = True,
     ) -> None:
         super().__init__()
         if k < 1 or emb_dim < 1 or x_dim < 0 or phi_dim < 0:
@@ -86,6 +90,8 @@ class AnchoredScorer(nn.Module):
         self.x_dim, self.phi_dim, self.k, self.emb_dim, self.tau = x_dim, phi_dim, k, emb_dim, tau
         self.g = _mlp(x_dim, hidden, depth, emb_dim, dropout) if x_dim else None
         self.u = _mlp(phi_dim, phi_hidden, phi_depth, 1, dropout) if phi_dim else None
+        # a linear path beside u (no dropout): w . phi_k, zero at initialisation
+        self.w = _mlp(phi_dim, 0, 0, 1, 0.0) if phi_dim and phi_linear else None
         # beta = softplus(log_beta) stays positive
         self.log_beta = nn.Parameter(torch.tensor(float(beta)).expm1().log())
         self.register_buffer("rank", -torch.arange(k, dtype=torch.float32), persistent=False)
@@ -116,6 +122,8 @@ class AnchoredScorer(nn.Module):
             s = s + torch.einsum("bd,bkd->bk", p - q, en) / self.tau
         if self.u is not None and phi is not None:
             s = s + self.u(phi).squeeze(-1)
+        if self.w is not None and phi is not None:
+            s = s + self.w(phi).squeeze(-1)
         return s
 
     def n_parameters(self) -> int:

@@ -9,9 +9,10 @@ its blocks use), and returns the scores:
     ``e``   (n, K, d) float32: the candidates' retriever embeddings, retrieval order,
             all-zero rows at padded slots;
     ``phi`` (n, K, F) float32: the raw interaction features
-            (:meth:`~chunksel.selectors.anchored.AnchoredPrototypeSelector.interaction_features`:
-            the LETOR features, which need the corpus's BM25 statistics, so they are
-            computed outside the graph).
+            (:meth:`~chunksel.selectors.anchored.AnchoredPrototypeSelector.graph_inputs`:
+            the LETOR features, which need the corpus's BM25 statistics, and with the
+            ``lambdamart`` block the internal LambdaMART's scores, so they are computed
+            outside the graph).
 
 Output ``scores`` (n, K): the anchored logits, ``-inf`` at padded slots. Inside the graph:
 unit-normalisation of ``q`` and ``e``, assembly of ``x``, both standard scalers, the

@@ -33,6 +33,55 @@ def _contested(instances: Sequence[Instance], label: str | None) -> list[Instanc
     return [i for i in instances if i.contested(label)]
 
 
+def train_lambdarank(
+    x: np.ndarray,
+    y: np.ndarray,
+    groups: Sequence[int],
+    valid: tuple[np.ndarray, np.ndarray, Sequence[int]] | None = None,
+    *,
+    n_estimators: int = 300,
+    learning_rate: float = 0.05,
+    num_leaves: int = 15,
+    min_child_samples: int = 20,
+    early_stopping_rounds: int = 30,
+    seed: int = 0,
+    n_jobs: int = 1,
+):
+    """A LightGBM LambdaMART booster on flat LETOR rows ``x`` (one query group per
+    instance, ``groups`` their sizes), early-stopped on the validation NDCG@1 when
+    ``valid = (x, y, groups)`` is given. Returns a ``lightgbm.Booster`` holding exactly
+    the kept trees (so a saved and reloaded copy scores identically)."""
+    lgb = require("lightgbm", "ltr")
+    model = lgb.LGBMRanker(
+        objective="lambdarank",
+        n_estimators=n_estimators,
+        learning_rate=learning_rate,
+        num_leaves=num_leaves,
+        min_child_samples=min_child_samples,
+        random_state=seed,
+        n_jobs=n_jobs,
+        verbose=-1,
+    )
+    kwargs: dict[str, Any] = {}
+    if valid is not None:
+        xv, yv, gv = valid
+        kwargs = {
+            "eval_X": (xv,),
+            "eval_y": (yv,),
+            "eval_group": [list(gv)],
+            "eval_at": [1],
+            "callbacks": [lgb.early_stopping(early_stopping_rounds, verbose=False)],
+        }
+    model.fit(x, y, group=list(groups), feature_name=list(FEATURE_NAMES), **kwargs)
+    best = model.best_iteration_ if valid is not None and model.best_iteration_ else None
+    return lgb.Booster(model_str=model.booster_.model_to_string(num_iteration=best))
+
+
+def tree_nodes(booster: Any) -> int:
+    """A booster's learned parameters, counted as tree nodes (``2 * leaves - 1`` per tree)."""
+    return int(sum(2 * t["num_leaves"] - 1 for t in booster.dump_model()["tree_info"]))
+
+
 class _LetorSelector(Selector):
     """Shared feature extraction for the LETOR-feature rankers."""
 
@@ -213,34 +262,15 @@ class LambdaMARTSelector(_LetorSelector):
         val: Sequence[Instance] | None = None,
     ) -> LambdaMARTSelector:
         """Train the ranker; early stopping on ``val`` (NDCG@1) when it is given."""
-        lgb = require("lightgbm", "ltr")
         kept = self._train_set(train)
         x, y, groups = self._flat(kept)
-        model = lgb.LGBMRanker(
-            objective="lambdarank",
-            n_estimators=self.n_estimators,
-            learning_rate=self.learning_rate,
-            num_leaves=self.num_leaves,
-            min_child_samples=self.min_child_samples,
-            random_state=self.seed,
-            n_jobs=self.n_jobs,
-            verbose=-1,
-        )
-        kwargs: dict[str, Any] = {}
         val_kept = _contested(val or [], self.label)
-        if val_kept:
-            xv, yv, gv = self._flat(val_kept)
-            kwargs = {
-                "eval_X": (xv,),
-                "eval_y": (yv,),
-                "eval_group": [gv],
-                "eval_at": [1],
-                "callbacks": [lgb.early_stopping(self.early_stopping_rounds, verbose=False)],
-            }
-        model.fit(x, y, group=groups, feature_name=list(FEATURE_NAMES), **kwargs)
-        best = model.best_iteration_ if val_kept and model.best_iteration_ else None
-        # keep exactly the trees that save() writes, so a reload scores identically
-        self.booster_ = lgb.Booster(model_str=model.booster_.model_to_string(num_iteration=best))
+        valid = self._flat(val_kept) if val_kept else None
+        self.booster_ = train_lambdarank(
+            x, y, groups, valid, n_estimators=self.n_estimators, learning_rate=self.learning_rate,
+            num_leaves=self.num_leaves, min_child_samples=self.min_child_samples,
+            early_stopping_rounds=self.early_stopping_rounds, seed=self.seed, n_jobs=self.n_jobs,
+        )
         self.fitted_ = True
         return self
 
@@ -248,8 +278,7 @@ class LambdaMARTSelector(_LetorSelector):
         """Learned parameters, counted as the total number of tree nodes (split nodes +
         leaves, i.e. ``2 * leaves - 1`` per tree)."""
         self._check_fitted()
-        info = self.booster_.dump_model()["tree_info"]
-        return int(sum(2 * t["num_leaves"] - 1 for t in info))
+        return tree_nodes(self.booster_)
 
     def _score(self, batch: Sequence[Instance], features: QuestionFeatures | None, k: int) -> np.ndarray:
         x, mask = self._features(batch)

@@ -130,3 +130,61 @@ def test_onnx_graph_matches_torch(tmp_path, quantize):
     real = np.isfinite(ref)
     tol = 1e-4 if quantize == "fp32" else 0.05 * np.abs(ref[real]).max()
     np.testing.assert_allclose(got[real], ref[real], atol=tol)
+
+
+def test_lambdamart_block_scores_training_instances_out_of_fold(tmp_path):
+    """The training split's LambdaMART scores come from rankers that never saw their fold:
+    each fold's scores equal a ranker trained, with the same settings, on the other folds."""
+    from chunksel.selectors.ltr import LambdaMARTSelector, train_lambdarank
+
+    inst = make_toy_instances(n=120, seed=8)
+    rng = np.random.default_rng(0)
+    for x in inst[::2]:  # noise, so that rankers trained on different folds differ
+        pos = int(rng.integers(len(x.candidates)))
+        for j, c in enumerate(x.candidates):
+            c.labels = {"containment": int(j == pos)}
+    train = [x for x in inst if x.split == "train"]
+    val = [x for x in inst if x.split == "val"]
+    sel = make_selector("anchored", corpus=_corpus(inst, tmp_path / "c.tsv"), blocks="q+lambdamart",
+                        ltr_folds=3, **SMALL)
+    got = sel._fit_ltr(train, val)
+    lf = sel._letor(train)
+    _, _, m = sel._embeddings(train)
+    folds = np.random.default_rng(sel.seed).permutation(len(train)) % 3
+    d = LambdaMARTSelector()
+
+    def rows(batch):
+        kept = [i for i in batch if i.contested(None)]
+        k_lf, (_, _, k_m) = sel._letor(kept), sel._embeddings(kept)
+        y = np.concatenate([i.labels(None)[:5] for i in kept]).astype(np.int32)
+        return k_lf[k_m], y, [int(r.sum()) for r in k_m]
+
+    for f in range(3):
+        held = np.flatnonzero(folds == f)
+        booster = train_lambdarank(*rows([train[i] for i in np.flatnonzero(folds != f)]), rows(val),
+                                   n_estimators=d.n_estimators, learning_rate=d.learning_rate,
+                                   num_leaves=d.num_leaves, min_child_samples=d.min_child_samples,
+                                   early_stopping_rounds=d.early_stopping_rounds, seed=sel.seed)
+        np.testing.assert_allclose(got[held][m[held]], booster.predict(lf[held][m[held]]))
+        # and not the in-sample ranker's scores
+        assert not np.allclose(got[held][m[held]], sel.ltr_.predict(lf[held][m[held]]))
+    assert (got[~m] == 0).all()
+
+
+def test_lambdamart_block_save_load_and_damaged_trees(tmp_path):
+    inst = make_toy_instances(n=40, seed=9)
+    sel = make_selector("anchored", corpus=_corpus(inst, tmp_path / "c.tsv"), blocks="q+letor+lambdamart",
+                        max_epochs=3, **SMALL)
+    sel.fit([x for x in inst if x.split == "train"], None, [x for x in inst if x.split == "val"])
+    assert sel.n_parameters() > sel.model_.n_parameters()  # the trees are counted
+    sel.save(tmp_path / "m")
+    again = load_selector(tmp_path / "m")
+    np.testing.assert_array_equal(again.score(inst), sel.score(inst))
+    (tmp_path / "m" / "lambdamart.txt").write_text("tree\nnot a model\n")
+    with pytest.raises(DataError, match="corrupt checkpoint .*lambdamart.txt"):
+        load_selector(tmp_path / "m")
+    (tmp_path / "m" / "lambdamart.txt").unlink()
+    with pytest.raises(DataError, match="lambdamart.txt is missing"):
+        load_selector(tmp_path / "m")
+    with pytest.raises(ConfigError, match="ltr_folds"):
+        make_selector("anchored", ltr_folds=1).fit(inst)

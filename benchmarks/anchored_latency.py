@@ -13,6 +13,9 @@ Per test instance, at batch 1, cycled over the test split, after warm-up calls:
   the warm-up pass: feature-store lookup, embeddings, LETOR features (BM25 statistics in
   memory), scaling, the torch scorer;
 - ``letor``: the interaction features alone (the part LambdaMART also pays);
+- ``lambdamart-trees``: with the ``lambdamart`` block, the internal LambdaMART's trees on
+  one instance's LETOR rows (the part of the interaction features LambdaMART's own
+  scoring also pays);
 - ``torch-graph``: the traced scorer module on prepared inputs (what the ONNX graph does);
 - ``ort-fp32`` / ``ort-int8``: the exported graph in ONNX Runtime on the same inputs;
   ``int8`` is ONNX Runtime's dynamic quantisation (int8 weights per channel).
@@ -94,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         letor_features([i], sel.corpus, sel.k1, sel.b)
 
     v["letor"] = time_calls(letor_once, calls)
+    if getattr(sel, "ltr_", None) is not None:
+        rows = [sel._letor([i])[0][: len(i.candidates)] for i in calls]
+        v["lambdamart-trees"] = time_calls(sel.ltr_.predict, rows)
+        res["lambdamart_trees"] = sel.ltr_.num_trees()
 
     feeds = [sel.graph_inputs([i], feats) for i in test]
     names = [n for n in ("h", "r", "q", "e", "phi") if n in feeds[0]]

@@ -463,13 +463,6 @@ class AnchoredPrototypeSelector(Selector):
         self.summary_ = dict(state.get("summary") or {})
         self.ltr_ = None
         if "lambdamart" in self.blocks:
-            from chunksel.errors import require
+            from chunksel.selectors.ltr import load_booster
 
-            lgb = require("lightgbm", "ltr")
-            ltr_file = path / LTR_FILE
-            if not ltr_file.is_file():
-                raise DataError(f"corrupt checkpoint {path}: {LTR_FILE} is missing")
-            try:
-                self.ltr_ = lgb.Booster(model_file=str(ltr_file))
-            except Exception as err:  # LightGBMError on a damaged model file
-                raise DataError(f"corrupt checkpoint {ltr_file}: {str(err).splitlines()[0][:300]}") from None
+            self.ltr_ = load_booster(path / LTR_FILE)

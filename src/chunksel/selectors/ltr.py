@@ -77,6 +77,17 @@ def train_lambdarank(
     return lgb.Booster(model_str=model.booster_.model_to_string(num_iteration=best))
 
 
+def load_booster(file: Path):
+    """A saved LightGBM booster; a missing or damaged file is a ``DataError``."""
+    lgb = require("lightgbm", "ltr")
+    if not file.is_file():
+        raise DataError(f"corrupt checkpoint {file.parent}: {file.name} is missing")
+    try:
+        return lgb.Booster(model_file=str(file))
+    except Exception as err:  # LightGBMError on a damaged model file
+        raise DataError(f"corrupt checkpoint {file}: {str(err).splitlines()[0][:300] if str(err) else err!r}") from None
+
+
 def tree_nodes(booster: Any) -> int:
     """A booster's learned parameters, counted as tree nodes (``2 * leaves - 1`` per tree)."""
     return int(sum(2 * t["num_leaves"] - 1 for t in booster.dump_model()["tree_info"]))
@@ -293,14 +304,7 @@ class LambdaMARTSelector(_LetorSelector):
         self.booster_.save_model(str(path / "model.txt"))
 
     def _load_state(self, path: Path, state: dict[str, Any]) -> None:
-        lgb = require("lightgbm", "ltr")
         if state.get("feature_names") != list(FEATURE_NAMES):
             raise DataError(f"{path}: saved with a different LETOR feature set")
-        model_file = path / "model.txt"
-        if not model_file.is_file():
-            raise DataError(f"{path}: missing LightGBM model file model.txt")
-        try:
-            self.booster_ = lgb.Booster(model_file=str(model_file))
-        except Exception as err:  # LightGBMError on a damaged model file
-            raise DataError(f"corrupt checkpoint {model_file}: {str(err).splitlines()[0] if str(err) else err!r}") from None
+        self.booster_ = load_booster(path / "model.txt")
 

@@ -247,13 +247,15 @@ class AnchoredPrototypeSelector(Selector):
             y = np.concatenate([np.asarray(i.labels(self.label))[: self.k] for i in kept]).astype(np.int32)
             return lf[m], y, [int(r.sum()) for r in m]
 
+        valid = rows(val or [])  # early stopping: the same validation rows for every ranker
+
         def fit(batch: Sequence[Instance]):
             data = rows(batch)
             if data is None:
                 raise DataError("the anchored selector's lambdamart block: no training instance has both a "
                                 "positive and a negative candidate")
             return train_lambdarank(
-                *data, rows(val or []), n_estimators=defaults.n_estimators, learning_rate=defaults.learning_rate,
+                *data, valid, n_estimators=defaults.n_estimators, learning_rate=defaults.learning_rate,
                 num_leaves=defaults.num_leaves, min_child_samples=defaults.min_child_samples,
                 early_stopping_rounds=defaults.early_stopping_rounds, seed=self.seed, n_jobs=1,
             )

@@ -43,7 +43,7 @@ def input_names(selector: Any) -> list[str]:
     """The graph's inputs for this selector's blocks, in order."""
     names = [n for n, blk in (("h", "hs"), ("r", "rw")) if blk in selector.blocks]
     names += ["q", "e"]
-    if "letor" in selector.blocks:
+    if getattr(selector, "phi_scaler_", None) is not None:  # any interaction block (letor, lambdamart)
         names.append("phi")
     return names
 

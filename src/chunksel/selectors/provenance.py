@@ -66,7 +66,7 @@ def selector_inputs(selector: Any) -> frozenset[str]:
     out: set[str] = set()
     if "warmup" in cost and (blocks is None or blocks & {"hs", "rw"}):
         out.add("warmup")
-    if "bm25" in cost and (blocks is None or "letor" in blocks):
+    if "bm25" in cost and (blocks is None or blocks & {"letor", "lambdamart"}):  # both read the LETOR features
         out.add("corpus_stats")
         if name != "bm25":  # LETOR features: the retrieval score, its gap and its rank
             out.add("retrieval_score")

@@ -113,14 +113,19 @@ def test_bad_settings():
         make_selector("anchored", hidden=0).fit(make_toy_instances(n=10))
 
 
-@pytest.mark.parametrize("quantize", ["fp32", "int8"])
-def test_onnx_graph_matches_torch(tmp_path, quantize):
+@pytest.mark.parametrize(("quantize", "blocks"), [
+    ("fp32", None), ("int8", None),
+    ("fp32", "hs+q+lambdamart"),  # interaction features without the letor block
+])
+def test_onnx_graph_matches_torch(tmp_path, quantize, blocks):
     pytest.importorskip("onnxruntime")
     from chunksel.pipeline.onnx_anchored import OnnxAnchored, export_anchored
 
     inst = make_toy_instances(n=30, seed=7)
     feats = _features(inst)
-    sel = make_selector("anchored", corpus=_corpus(inst, tmp_path / "c.tsv"), max_epochs=4, lr=1e-2, **SMALL)
+    extra = {"blocks": blocks, "ltr_folds": 2} if blocks else {}
+    sel = make_selector("anchored", corpus=_corpus(inst, tmp_path / "c.tsv"), max_epochs=4, lr=1e-2,
+                        **SMALL, **extra)
     sel.fit([x for x in inst if x.split == "train"], feats, [x for x in inst if x.split == "val"])
     sel.save(tmp_path / "m")
     runner = OnnxAnchored(export_anchored(load_selector(tmp_path / "m"), tmp_path / "a.onnx", quantize))
@@ -188,3 +193,17 @@ def test_lambdamart_block_save_load_and_damaged_trees(tmp_path):
         load_selector(tmp_path / "m")
     with pytest.raises(ConfigError, match="ltr_folds"):
         make_selector("anchored", ltr_folds=1).fit(inst)
+
+
+@pytest.mark.parametrize(("blocks", "expected"), [
+    ("hs+rw+q+chunk+letor+lambdamart",
+     {"warmup", "corpus_stats", "retrieval_score", "chunk_embedding", "question_embedding"}),
+    ("q+lambdamart", {"corpus_stats", "retrieval_score", "chunk_embedding", "question_embedding"}),
+    ("q+chunk", {"chunk_embedding", "question_embedding"}),
+])
+def test_query_time_inputs_follow_the_blocks(blocks, expected):
+    """What a pipeline must compute at query time: the stacked LambdaMART reads the LETOR
+    features (corpus statistics, retrieval scores) even without the letor block."""
+    from chunksel.selectors.provenance import selector_inputs
+
+    assert selector_inputs(make_selector("anchored", blocks=blocks)) == frozenset(expected)

@@ -20,6 +20,10 @@ exactly as retrieval order, and training moves away from it only where the multi
 contrastive loss (Eq. 8 on the logits ``s``) says so. With ``tau`` = 0.1 the prototype
 term moves a score by up to ``2 / tau`` = 20 logits, the anchor by ``beta`` per rank.
 
+:class:`AnchoredEnsemble` averages the logits of several scorers trained from different
+seeds on the same inputs (the selector's ``members``); untrained, it too ranks exactly
+as retrieval order.
+
 The design answers two weaknesses of the paper's MLP (``nn/prototype.py``) on small
 training sets: it must relearn "the top chunk is usually right" from the chunk
 embeddings alone, and it never sees the question embedding or any lexical
@@ -125,6 +129,31 @@ class AnchoredScorer(nn.Module):
         if self.w is not None and phi is not None:
             s = s + self.w(phi).squeeze(-1)
         return s
+
+    def n_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+class AnchoredEnsemble(nn.Module):
+    """The mean of several :class:`AnchoredScorer` members' logits (same inputs, same
+    signature as one scorer). Members trained from different seeds disagree where the
+    small training sets leave the scorer uncertain; their average is steadier than any
+    one of them, at one scorer's cost per member."""
+
+    def __init__(self, members: list[AnchoredScorer]) -> None:
+        super().__init__()
+        if not members:
+            raise ValueError("AnchoredEnsemble needs at least one member")
+        self.members = nn.ModuleList(members)
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        e: torch.Tensor,
+        x: torch.Tensor | None = None,
+        phi: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return torch.stack([m(q, e, x, phi) for m in self.members], dim=0).mean(dim=0)
 
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

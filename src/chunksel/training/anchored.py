@@ -16,13 +16,19 @@ scaled question-side input ``x`` (N, D) or None, the scaled interaction features
   than retrieval order on validation. Training stops after ``patience`` epochs without
   a better candidate.
 - Without a validation split, ``val_fraction`` of the training instances is carved out.
+- **Ensembles** (:func:`train_anchored_ensemble`): ``members`` scorers trained from seeds
+  ``seed * members + j`` on the same split, their logits averaged
+  (:class:`~chunksel.nn.anchored.AnchoredEnsemble`). Each member is selected as above;
+  the ensemble is then checked on the same validation instances and replaced by the
+  untrained scorer if it ranks below retrieval order there, so the guarantee holds for
+  the ensemble too.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -31,7 +37,7 @@ from tqdm.auto import tqdm
 
 from chunksel.config import show_progress
 from chunksel.errors import DataError
-from chunksel.nn.anchored import AnchoredScorer
+from chunksel.nn.anchored import AnchoredEnsemble, AnchoredScorer
 from chunksel.training.losses import multi_positive_contrastive
 from chunksel.training.trainer import seed_everything, usable
 
@@ -228,3 +234,66 @@ def train_anchored(
     summary.best_val_acc = best_acc
     model.load_state_dict(best_state)
     return model.cpu().eval(), summary
+
+
+def _rows(src: dict[str, np.ndarray | None], rows: np.ndarray) -> dict[str, np.ndarray | None]:
+    return {k: (None if v is None else v[rows]) for k, v in src.items()}
+
+
+def train_anchored_ensemble(
+    train: dict[str, np.ndarray | None],
+    val: dict[str, np.ndarray | None] | None,
+    config: AnchoredTrainConfig | None = None,
+    members: int = 1,
+) -> tuple[AnchoredScorer | AnchoredEnsemble, dict[str, Any]]:
+    """Train ``members`` scorers (seeds ``seed * members + j``) and average them; see the
+    module docstring. One member is exactly :func:`train_anchored`.
+
+    Returns:
+        ``(model, summary)``: the scorer (one member) or the :class:`AnchoredEnsemble`, and
+        a summary dict: the first member's, plus ``members``, ``member_best_epoch`` and
+        ``member_val_acc``; ``best_val_acc`` is the ensemble's and ``best_epoch`` the
+        largest member's (0 when every member, or the guard, kept retrieval order).
+    """
+    cfg = config or AnchoredTrainConfig()
+    if int(members) < 1:
+        raise ValueError(f"members must be >= 1, got {members}")
+    if members == 1:
+        model, summary = train_anchored(train, val, cfg)
+        out = summary.to_dict()
+        out.update(members=1, member_best_epoch=[summary.best_epoch], member_val_acc=[summary.best_val_acc])
+        return model, out
+    has_val = val is not None and len(val["y"]) and bool(
+        ((np.asarray(val["y"]) >= 1) & np.asarray(val["m"], dtype=bool)).any())
+    carved = False
+    if not has_val:  # carve once, so every member (and the guard) sees the same validation rows
+        keep, _, _ = usable(train["y"], train["m"])
+        perm = np.random.default_rng(cfg.seed).permutation(np.flatnonzero(keep))
+        n_val = max(1, int(round(cfg.val_fraction * len(perm)))) if len(perm) >= 4 else 0
+        if n_val:
+            rest = np.setdiff1d(np.arange(len(train["y"])), perm[:n_val])
+            val, train, carved = _rows(train, np.sort(perm[:n_val])), _rows(train, rest), True
+    models, sums = [], []
+    for j in range(members):
+        model, summary = train_anchored(train, val, replace(cfg, seed=cfg.seed * members + j))
+        models.append(model)
+        sums.append(summary)
+    ens = AnchoredEnsemble(models).eval()
+    out = sums[0].to_dict()
+    out.update(members=members, val_carved=sums[0].val_carved or carved,
+               member_best_epoch=[s.best_epoch for s in sums], member_val_acc=[s.best_val_acc for s in sums],
+               best_epoch=max(s.best_epoch for s in sums))
+    if val is not None:
+        vy = (np.asarray(val["y"]) >= 1) & np.asarray(val["m"], dtype=bool)
+        vi = np.flatnonzero(vy.any(axis=1))
+        vdata = AnchoredArrays(*(None if val[k] is None else val[k][vi] for k in ("q", "e", "x", "phi", "y", "m")))
+        acc = float(rank1_hits(ens, vdata).mean()) if len(vdata) else 0.0
+        out["best_val_acc"] = acc
+        if acc < sums[0].val_acc_retrieval - 1e-12:  # the guard: never below retrieval order
+            seed_everything(cfg.seed)
+            first = models[0]
+            ens = AnchoredEnsemble([AnchoredScorer(
+                first.x_dim, first.phi_dim, first.k, first.emb_dim, cfg.hidden, cfg.depth,
+                cfg.phi_hidden, cfg.phi_depth, cfg.dropout, cfg.tau)]).eval()
+            out.update(best_epoch=0, best_val_acc=sums[0].val_acc_retrieval, guard_fallback=True)
+    return ens, out

@@ -11,7 +11,7 @@ from tests.conftest import make_toy_instances
 
 from chunksel.errors import ConfigError, DataError
 from chunksel.features.base import InMemoryFeatures
-from chunksel.nn.anchored import AnchoredScorer
+from chunksel.nn.anchored import AnchoredEnsemble, AnchoredScorer
 from chunksel.selectors import load_selector, make_selector
 from chunksel.selectors.base import rank_order
 from chunksel.types import Instance, label_matrix
@@ -53,6 +53,48 @@ def test_untrained_scorer_is_retrieval_order():
     assert (np.argsort(-s.numpy(), axis=1, kind="stable") == np.arange(5)).all()
 
 
+def test_ensemble_is_retrieval_order_untrained_and_the_mean_of_its_members():
+    torch.manual_seed(0)
+    members = [AnchoredScorer(x_dim=12, phi_dim=7, k=5, emb_dim=8).eval() for _ in range(3)]
+    ens = AnchoredEnsemble(members).eval()
+    q = torch.nn.functional.normalize(torch.randn(32, 8), dim=-1)
+    e = torch.nn.functional.normalize(torch.randn(32, 5, 8), dim=-1)
+    x, phi = torch.randn(32, 12), torch.randn(32, 5, 7)
+    with torch.no_grad():
+        assert (np.argsort(-ens(q, e, x, phi).numpy(), axis=1, kind="stable") == np.arange(5)).all()
+        for m in members:  # move every member away from retrieval order, differently
+            for prm in m.parameters():
+                prm.add_(torch.randn_like(prm) * 0.3)
+        each = torch.stack([m(q, e, x, phi) for m in members])
+        np.testing.assert_allclose(ens(q, e, x, phi).numpy(), each.mean(0).numpy(), rtol=1e-6, atol=1e-6)
+        assert not torch.allclose(each[0], each[1])
+    assert ens.n_parameters() == 3 * members[0].n_parameters()
+    with pytest.raises(ValueError, match="at least one member"):
+        AnchoredEnsemble([])
+
+
+@pytest.mark.parametrize("members", [1, 2])
+def test_members_are_distinct_seeds_and_round_trip(tmp_path, members):
+    inst = make_toy_instances(n=40, seed=7)
+    feats = _features(inst)
+    sel = make_selector("anchored", corpus=_corpus(inst, tmp_path / "c.tsv"), max_epochs=4, patience=4,
+                        lr=1e-2, members=members, **SMALL)
+    sel.fit([x for x in inst if x.split == "train"], feats, [x for x in inst if x.split == "val"])
+    assert sel.summary_["members"] == members == len(sel.summary_["member_best_epoch"])
+    if members == 1:
+        assert isinstance(sel.model_, AnchoredScorer)
+    else:
+        assert isinstance(sel.model_, AnchoredEnsemble) and len(sel.model_.members) == members
+        a, b = (dict(m.named_parameters()) for m in sel.model_.members)
+        assert not torch.equal(a["g.0.weight"], b["g.0.weight"])  # different seeds
+    sel.save(tmp_path / "m")
+    again = load_selector(tmp_path / "m")
+    assert type(again.model_) is type(sel.model_)
+    np.testing.assert_array_equal(again.score(inst, feats), sel.score(inst, feats))
+    with pytest.raises(ConfigError, match="members"):
+        make_selector("anchored", members=0, **SMALL).fit(inst, feats)
+
+
 def test_validation_selection_never_below_retrieval_order(tmp_path):
     """Training labels put the evidence last, validation labels first: every update hurts
     on validation, so the untrained scorer (retrieval order) is what fit returns."""
@@ -68,7 +110,7 @@ def test_validation_selection_never_below_retrieval_order(tmp_path):
     sel = make_selector("anchored", corpus=_corpus(inst, tmp_path / "c.tsv"), max_epochs=15, patience=15,
                         lr=1e-2, **SMALL)
     sel.fit(train, _features(inst), val)
-    assert sel.summary_["best_epoch"] == 0
+    assert sel.summary_["best_epoch"] == 0 and sel.summary_["member_best_epoch"] == [0, 0, 0]
     assert sel.summary_["best_val_acc"] >= sel.summary_["val_acc_retrieval"] == 1.0
     # training did move away from retrieval order on train (so the test could fail)
     assert min(sel.summary_["val_acc"][1:]) < 1.0

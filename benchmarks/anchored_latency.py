@@ -2,10 +2,11 @@
 
 Writes ``benchmarks/results/anchored_latency.json`` and prints a table.
 
-    python benchmarks/anchored_latency.py --dataset triviaqa [--limit 3000] [--calls 300]
+    python benchmarks/anchored_latency.py --dataset triviaqa [--limit 3000] [--calls 300] [--members 1 3]
 
-One thread (torch, ONNX Runtime, BLAS). The selector is trained with its defaults on the
-dataset's training split (validation for model selection), with the SmolLM2 features
+One thread (torch, ONNX Runtime, BLAS). For each ``--members`` value (default: one
+member and the default three, measured in the same run) the selector is trained with
+its other defaults on the dataset's training split (validation for model selection), with the SmolLM2 features
 from the feature store (they must be extracted: ``chunksel features --dataset ...``).
 Per test instance, at batch 1, cycled over the test split, after warm-up calls:
 
@@ -63,28 +64,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=3000)
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--members", type=int, nargs="+", default=[1, 3])
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
 
     from chunksel.build import build_instances, generator_store
-    from chunksel.pipeline.onnx_anchored import OnnxAnchored, _module, anchored_graph_bytes
     from chunksel.selectors import make_selector
-    from chunksel.selectors.letor import _MEMO, letor_features
-    from chunksel.types import label_matrix
 
     inst = build_instances(args.dataset, k=5, index="flat", limit=args.limit, progress=False).instances
     feats, _, _ = generator_store()
     train = [i for i in inst if i.split == "train"]
     val = [i for i in inst if i.split == "val"]
     test = [i for i in inst if i.split == "test"]
-    sel = make_selector("anchored", seed=args.seed, progress=False).fit(train, feats, val)
-    calls = [test[i % len(test)] for i in range(args.calls)]
-
-    res: dict = {
+    calls = [test[i % len(test)] for i in range(n_calls)]
+    out: dict = {
         "benchmark": "anchored_latency", "dataset": args.dataset, "limit": args.limit,
         "test_instances": len(test), "threads": 1, "torch": torch.__version__,
-        "machine": platform.machine(), "n_parameters": sel.n_parameters(),
+        "machine": platform.machine(), "runs": {},
+    }
+    for members in args.members:
+        sel = make_selector("anchored", seed=args.seed, members=members, progress=False).fit(train, feats, val)
+        out["runs"][f"members={members}"] = measure(sel, feats, test, calls, args.calls, members)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+def measure(sel, feats, test, calls, n_calls: int, members: int) -> dict:
+    from chunksel.pipeline.onnx_anchored import OnnxAnchored, _module, anchored_graph_bytes
+    from chunksel.selectors.letor import _MEMO, letor_features
+    from chunksel.types import label_matrix
+
+    res: dict = {
+        "members": members, "n_parameters": sel.n_parameters(),
         "blocks": list(sel.blocks), "summary": {k: v for k, v in sel.summary_.items() if k not in ("train_loss", "val_acc")},
         "variants": {},
     }
@@ -110,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     def torch_graph(f):
         return module(*(torch.from_numpy(f[n]) for n in names))
 
-    v["torch-graph"] = time_calls(torch_graph, [feeds[i % len(feeds)] for i in range(args.calls)])
+    v["torch-graph"] = time_calls(torch_graph, [feeds[i % len(feeds)] for i in range(n_calls)])
     labels = label_matrix(test, k=5)
     answerable = labels.any(axis=1)
     picks = {}
@@ -119,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             path = Path(tmp) / f"{mode}.onnx"
             path.write_bytes(anchored_graph_bytes(sel, mode))
             runner = OnnxAnchored(path, threads=1)
-            v[f"ort-{mode}"] = time_calls(lambda f, r=runner: r.scores(**f), [feeds[i % len(feeds)] for i in range(args.calls)])
+            v[f"ort-{mode}"] = time_calls(lambda f, r=runner: r.scores(**f), [feeds[i % len(feeds)] for i in range(n_calls)])
             v[f"ort-{mode}"]["file_bytes"] = path.stat().st_size
             scores = np.concatenate([runner.scores(**f) for f in feeds])
             picks[mode] = np.argmax(scores, axis=1)
@@ -127,14 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     torch_scores = sel.score(test, feats)
     res["rank1_answerable_torch"] = float(labels[np.arange(len(test)), np.argmax(torch_scores, axis=1)][answerable].mean())
     res["int8_same_pick"] = float((picks["int8"] == picks["fp32"]).mean())
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=2))
+    print(f"members={members}: {res['n_parameters']} parameters")
     print(f"{'variant':<12} {'p50 ms':>8} {'p95 ms':>8}")
     for name, r in v.items():
         print(f"{name:<12} {r['p50_ms']:8.3f} {r['p95_ms']:8.3f}")
     print(f"rank-1 (answerable) torch {res['rank1_answerable_torch']:.4f} ort-fp32 {v['ort-fp32']['rank1_answerable']:.4f} "
           f"ort-int8 {v['ort-int8']['rank1_answerable']:.4f}; int8 same pick {res['int8_same_pick']:.4f}")
-    return 0
+    return res
 
 
 if __name__ == "__main__":

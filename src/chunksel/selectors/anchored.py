@@ -225,6 +225,18 @@ class AnchoredPrototypeSelector(Selector):
     def _has_phi(self) -> bool:
         return "letor" in self.blocks or "lambdamart" in self.blocks
 
+    def required_inputs(self) -> frozenset[str]:
+        """What scoring reads beyond the texts (:func:`~chunksel.selectors.provenance.selector_inputs`):
+        the embeddings always (the anchor and the padding mask), the warm-up pass for
+        ``hs`` / ``rw``, and for ``letor`` / ``lambdamart`` the LETOR features' corpus
+        statistics and retrieval scores."""
+        out = {"chunk_embedding", "question_embedding"}
+        if "hs" in self.blocks or "rw" in self.blocks:
+            out.add("warmup")
+        if self._has_phi:
+            out |= {"corpus_stats", "retrieval_score"}
+        return frozenset(out)
+
     def _letor(self, batch: Sequence[Instance]) -> np.ndarray:
         """(B, K, 12) LETOR features (0 at padding)."""
         from chunksel.selectors.letor import FEATURE_NAMES, letor_features

@@ -53,8 +53,8 @@ def selector_inputs(selector: Any) -> frozenset[str]:
 
     A subset of ``"chunk_embedding"``, ``"question_embedding"``, ``"retrieval_score"``,
     ``"corpus_stats"`` and ``"warmup"``. A selector class may declare it as a method
-    ``required_inputs()``; otherwise it is derived from ``query_cost``, the ``blocks``
-    setting of the prototype-family selectors and the LETOR features' inputs.
+    ``required_inputs()`` (the anchored selector and SRAS do); otherwise it is derived
+    from ``query_cost``, the paper prototype's ``blocks`` and the LETOR features' inputs.
     """
     declared = getattr(selector, "required_inputs", None)
     if callable(declared):
@@ -62,17 +62,16 @@ def selector_inputs(selector: Any) -> frozenset[str]:
     cost = getattr(selector, "query_cost", "none") or "none"
     name = getattr(selector, "name", "")
     blocks = getattr(selector, "blocks", None)
-    blocks = set(blocks) if blocks is not None else None
     out: set[str] = set()
-    if "warmup" in cost and (blocks is None or blocks & {"hs", "rw"}):
+    if "warmup" in cost and (blocks is None or set(blocks) & {"hs", "rw"}):
         out.add("warmup")
-    if "bm25" in cost and (blocks is None or blocks & {"letor", "lambdamart"}):  # both read the LETOR features
+    if "bm25" in cost:
         out.add("corpus_stats")
         if name != "bm25":  # LETOR features: the retrieval score, its gap and its rank
             out.add("retrieval_score")
-    if name in ("prototype", "anchored") or getattr(selector, "reads_embeddings", False):
+    if name == "prototype" or getattr(selector, "reads_embeddings", False):
         out.add("chunk_embedding")
-    if name == "anchored" or getattr(selector, "reads_question_embedding", False):
+    if getattr(selector, "reads_question_embedding", False):
         out.add("question_embedding")
     return frozenset(out)
 

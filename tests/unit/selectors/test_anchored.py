@@ -242,6 +242,7 @@ def test_lambdamart_block_save_load_and_damaged_trees(tmp_path):
      {"warmup", "corpus_stats", "retrieval_score", "chunk_embedding", "question_embedding"}),
     ("q+lambdamart", {"corpus_stats", "retrieval_score", "chunk_embedding", "question_embedding"}),
     ("q+chunk", {"chunk_embedding", "question_embedding"}),
+    ("rw+letor", {"warmup", "corpus_stats", "retrieval_score", "chunk_embedding", "question_embedding"}),
 ])
 def test_query_time_inputs_follow_the_blocks(blocks, expected):
     """What a pipeline must compute at query time: the stacked LambdaMART reads the LETOR

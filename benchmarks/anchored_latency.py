@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     train = [i for i in inst if i.split == "train"]
     val = [i for i in inst if i.split == "val"]
     test = [i for i in inst if i.split == "test"]
-    calls = [test[i % len(test)] for i in range(n_calls)]
+    calls = [test[i % len(test)] for i in range(args.calls)]
     out: dict = {
         "benchmark": "anchored_latency", "dataset": args.dataset, "limit": args.limit,
         "test_instances": len(test), "threads": 1, "torch": torch.__version__,

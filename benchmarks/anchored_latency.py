@@ -85,19 +85,20 @@ def main(argv: list[str] | None = None) -> int:
     }
     for members in args.members:
         sel = make_selector("anchored", seed=args.seed, members=members, progress=False).fit(train, feats, val)
-        out["runs"][f"members={members}"] = measure(sel, feats, test, calls, args.calls, members)
+        out["runs"][f"members={members}"] = measure(sel, feats, test, calls)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
     return 0
 
 
-def measure(sel, feats, test, calls, n_calls: int, members: int) -> dict:
+def measure(sel, feats, test, calls) -> dict:
+    """The variants' latencies and rank-1 of one fitted selector (see the module docstring)."""
     from chunksel.pipeline.onnx_anchored import OnnxAnchored, _module, anchored_graph_bytes
     from chunksel.selectors.letor import _MEMO, letor_features
     from chunksel.types import label_matrix
 
     res: dict = {
-        "members": members, "n_parameters": sel.n_parameters(),
+        "members": sel.members, "n_parameters": sel.n_parameters(),
         "blocks": list(sel.blocks), "summary": {k: v for k, v in sel.summary_.items() if k not in ("train_loss", "val_acc")},
         "variants": {},
     }
@@ -123,7 +124,7 @@ def measure(sel, feats, test, calls, n_calls: int, members: int) -> dict:
     def torch_graph(f):
         return module(*(torch.from_numpy(f[n]) for n in names))
 
-    v["torch-graph"] = time_calls(torch_graph, [feeds[i % len(feeds)] for i in range(n_calls)])
+    v["torch-graph"] = time_calls(torch_graph, [feeds[i % len(feeds)] for i in range(len(calls))])
     labels = label_matrix(test, k=5)
     answerable = labels.any(axis=1)
     picks = {}
@@ -132,7 +133,7 @@ def measure(sel, feats, test, calls, n_calls: int, members: int) -> dict:
             path = Path(tmp) / f"{mode}.onnx"
             path.write_bytes(anchored_graph_bytes(sel, mode))
             runner = OnnxAnchored(path, threads=1)
-            v[f"ort-{mode}"] = time_calls(lambda f, r=runner: r.scores(**f), [feeds[i % len(feeds)] for i in range(n_calls)])
+            v[f"ort-{mode}"] = time_calls(lambda f, r=runner: r.scores(**f), [feeds[i % len(feeds)] for i in range(len(calls))])
             v[f"ort-{mode}"]["file_bytes"] = path.stat().st_size
             scores = np.concatenate([runner.scores(**f) for f in feeds])
             picks[mode] = np.argmax(scores, axis=1)
@@ -140,7 +141,7 @@ def measure(sel, feats, test, calls, n_calls: int, members: int) -> dict:
     torch_scores = sel.score(test, feats)
     res["rank1_answerable_torch"] = float(labels[np.arange(len(test)), np.argmax(torch_scores, axis=1)][answerable].mean())
     res["int8_same_pick"] = float((picks["int8"] == picks["fp32"]).mean())
-    print(f"members={members}: {res['n_parameters']} parameters")
+    print(f"members={sel.members}: {res['n_parameters']} parameters")
     print(f"{'variant':<12} {'p50 ms':>8} {'p95 ms':>8}")
     for name, r in v.items():
         print(f"{name:<12} {r['p50_ms']:8.3f} {r['p95_ms']:8.3f}")

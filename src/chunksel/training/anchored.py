@@ -133,6 +133,30 @@ def mean_loss(model: AnchoredScorer, data: AnchoredArrays, batch_size: int = 409
     return total / max(count, 1)
 
 
+def _answerable(val: dict[str, np.ndarray | None] | None) -> np.ndarray:
+    """Rows of ``val`` with a positive among their real candidates (none without ``val``)."""
+    if val is None or not len(val["y"]):
+        return np.zeros(0, dtype=np.int64)
+    vy = (np.asarray(val["y"]) >= 1) & np.asarray(val["m"], dtype=bool)
+    return np.flatnonzero(vy.any(axis=1))
+
+
+def _carve(rows: np.ndarray, cfg: AnchoredTrainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """``(val_rows, train_rows)``: ``cfg.val_fraction`` of ``rows`` (seeded) carved out."""
+    perm = np.random.default_rng(cfg.seed).permutation(rows)
+    n_val = max(1, int(round(cfg.val_fraction * len(perm)))) if len(perm) >= 4 else 0
+    return np.sort(perm[:n_val]), np.sort(perm[n_val:])
+
+
+def _rows(src: dict[str, np.ndarray | None], rows: np.ndarray) -> dict[str, np.ndarray | None]:
+    return {k: None if v is None else v[rows] for k, v in src.items()}
+
+
+def _subset(src: dict[str, np.ndarray | None], rows: np.ndarray, device: str = "cpu") -> AnchoredArrays:
+    part = _rows(src, rows)
+    return AnchoredArrays(*(part[k] for k in ("q", "e", "x", "phi", "y", "m")), device=device)
+
+
 def train_anchored(
     train: dict[str, np.ndarray | None],
     val: dict[str, np.ndarray | None] | None,
@@ -155,17 +179,9 @@ def train_anchored(
     summary = AnchoredSummary()
     keep, _, _ = usable(train["y"], train["m"])
     tr = np.flatnonzero(keep)
-    if val is not None and len(val["y"]):
-        vy = (np.asarray(val["y"]) >= 1) & np.asarray(val["m"], dtype=bool)
-        vi = np.flatnonzero(vy.any(axis=1))
-        vsrc = val
-    else:
-        vi = np.zeros(0, dtype=np.int64)
+    vi, vsrc = _answerable(val), val
     if len(vi) == 0:
-        rng = np.random.default_rng(cfg.seed)
-        perm = rng.permutation(tr)
-        n_val = max(1, int(round(cfg.val_fraction * len(perm)))) if len(perm) >= 4 else 0
-        vi, tr = np.sort(perm[:n_val]), np.sort(perm[n_val:])
+        vi, tr = _carve(tr, cfg)
         vsrc = train
         summary.val_carved = True
     if len(tr) < 2:
@@ -173,12 +189,7 @@ def train_anchored(
             f"only {len(tr)} training instance(s) have both a positive and a negative candidate; "
             "the anchored selector needs at least 2"
         )
-
-    def subset(src, rows):
-        return AnchoredArrays(*(None if src[k] is None else src[k][rows] for k in ("q", "e", "x", "phi", "y", "m")),
-                              device=cfg.device)
-
-    tdata, vdata = subset(train, tr), subset(vsrc, vi)
+    tdata, vdata = _subset(train, tr, cfg.device), _subset(vsrc, vi, cfg.device)
     summary.n_train, summary.n_val = len(tdata), len(vdata)
     x_dim = 0 if tdata.x is None else int(tdata.x.shape[1])
     phi_dim = 0 if tdata.phi is None else int(tdata.phi.shape[2])
@@ -236,10 +247,6 @@ def train_anchored(
     return model.cpu().eval(), summary
 
 
-def _rows(src: dict[str, np.ndarray | None], rows: np.ndarray) -> dict[str, np.ndarray | None]:
-    return {k: (None if v is None else v[rows]) for k, v in src.items()}
-
-
 def train_anchored_ensemble(
     train: dict[str, np.ndarray | None],
     val: dict[str, np.ndarray | None] | None,
@@ -263,16 +270,13 @@ def train_anchored_ensemble(
         out = summary.to_dict()
         out.update(members=1, member_best_epoch=[summary.best_epoch], member_val_acc=[summary.best_val_acc])
         return model, out
-    has_val = val is not None and len(val["y"]) and bool(
-        ((np.asarray(val["y"]) >= 1) & np.asarray(val["m"], dtype=bool)).any())
     carved = False
-    if not has_val:  # carve once, so every member (and the guard) sees the same validation rows
+    if not len(_answerable(val)):  # carve once, so every member (and the guard) sees the same rows
         keep, _, _ = usable(train["y"], train["m"])
-        perm = np.random.default_rng(cfg.seed).permutation(np.flatnonzero(keep))
-        n_val = max(1, int(round(cfg.val_fraction * len(perm)))) if len(perm) >= 4 else 0
-        if n_val:
-            rest = np.setdiff1d(np.arange(len(train["y"])), perm[:n_val])
-            val, train, carved = _rows(train, np.sort(perm[:n_val])), _rows(train, rest), True
+        vrows, _ = _carve(np.flatnonzero(keep), cfg)
+        if len(vrows):
+            rest = np.setdiff1d(np.arange(len(train["y"])), vrows)
+            val, train, carved = _rows(train, vrows), _rows(train, rest), True
     models, sums = [], []
     for j in range(members):
         model, summary = train_anchored(train, val, replace(cfg, seed=cfg.seed * members + j))
@@ -284,9 +288,7 @@ def train_anchored_ensemble(
                member_best_epoch=[s.best_epoch for s in sums], member_val_acc=[s.best_val_acc for s in sums],
                best_epoch=max(s.best_epoch for s in sums))
     if val is not None:
-        vy = (np.asarray(val["y"]) >= 1) & np.asarray(val["m"], dtype=bool)
-        vi = np.flatnonzero(vy.any(axis=1))
-        vdata = AnchoredArrays(*(None if val[k] is None else val[k][vi] for k in ("q", "e", "x", "phi", "y", "m")))
+        vdata = _subset(val, _answerable(val))
         acc = float(rank1_hits(ens, vdata).mean()) if len(vdata) else 0.0
         out["best_val_acc"] = acc
         if acc < sums[0].val_acc_retrieval - 1e-12:  # the guard: never below retrieval order

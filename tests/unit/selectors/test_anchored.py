@@ -95,6 +95,18 @@ def test_members_are_distinct_seeds_and_round_trip(tmp_path, members):
         make_selector("anchored", members=0, **SMALL).fit(inst, feats)
 
 
+def test_ensemble_without_validation_carves_one_split_for_every_member(tmp_path):
+    inst = make_toy_instances(n=40, seed=8)
+    feats = _features(inst)
+    train = [x for x in inst if x.split == "train"]
+    sel = make_selector("anchored", corpus=_corpus(inst, tmp_path / "c.tsv"), max_epochs=3, patience=3,
+                        members=2, **SMALL).fit(train, feats)
+    assert sel.summary_["val_carved"] and sel.summary_["members"] == 2
+    # the ensemble's guard ran on the carved rows: never below retrieval order there
+    assert sel.summary_["n_val"] >= 1
+    assert sel.summary_["best_val_acc"] >= sel.summary_["val_acc_retrieval"]
+
+
 def test_validation_selection_never_below_retrieval_order(tmp_path):
     """Training labels put the evidence last, validation labels first: every update hurts
     on validation, so the untrained scorer (retrieval order) is what fit returns."""

@@ -226,3 +226,33 @@ def test_settings_are_checked():
         ServeSettings(timeout_s=0).check()
     assert ServeSettings().host == "127.0.0.1"
     assert np.isfinite(ServeSettings().timeout_s)
+
+
+def test_served_sockets_have_tcp_nodelay(cs):
+    """Nagle's algorithm off on the listening socket and on an accepted connection."""
+    import socket
+
+    from chunksel.pipeline.server import ServeSettings, bind, create_app, make_server
+
+    sock = bind("127.0.0.1", 0)
+    assert sock.proto == socket.IPPROTO_TCP
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    s = ServeSettings(port=0)
+    server = make_server(create_app(cs, s), s)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        for _ in range(1000):
+            if server.started:
+                break
+            time.sleep(0.02)
+        with httpx.Client(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}") as client:
+            assert client.get("/health").status_code == 200
+            conns = list(server.server_state.connections)
+            assert conns
+            for proto in conns:
+                accepted = proto.transport.get_extra_info("socket")
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)

@@ -32,63 +32,12 @@ on the training split); ``letor`` and ``lambdamart`` feed the interaction MLP
 (standard-scaled over the training candidates). Without any of the first four there is
 no prototype term; without ``letor`` and ``lambdamart`` no interaction term.
 
-Defaults (g 2 x 64, u 2 x 64, dropout 0.3, tau 0.1, guarded loss-based selection) were
-chosen by 3-fold cross-validation over the *training* splits of the full-profile
-instances (``limit=3000``; the validation split selects epochs; test untouched), rank-1
-on the held-out folds. LambdaMART on the same folds: TriviaQA 67.97, NQ 70.85, PopQA
-89.31, MS MARCO 72.21 (retrieval order 59.86 / 68.87 / 79.08 / 73.65). Interaction term
-alone (``letor``, u 2 x 64): 69.23 / 70.41 / 89.88 / 73.94. All blocks with g 2 x 64:
-69.09 (TriviaQA), 90.55 (PopQA); ``q + letor`` with g 2 x 64: 66.85 / - / 89.88 / 73.65;
-with a wider g (2 x 256, dropout 0.1) and u 1 x 32 every block combination fell 2-5
-points below LambdaMART on TriviaQA (64.5-65.5).
-
-The ``lambdamart`` block and the linear interaction path were added after the large
-profile showed the anchored selector's learning curve flat from about 1k usable
-instances while LambdaMART's kept rising. Validation rank-1 on the large-profile
-instances (every question; blocks without ``h`` and ``r``; mean of seeds 0-2; test
-untouched), ``q+chunk+letor`` against ``q+chunk+letor`` with the stacked LambdaMART
-score: TriviaQA 68.66 / 69.04, NQ 73.36 / 74.30, SQuAD 2.0 89.48 / 90.07, MS MARCO
-74.23 / 75.18, HotpotQA 92.23 / 91.26 (122 validation questions); with the linear path
-as well: 69.00, 74.03, 89.63, 73.76. Neither a wider ``u`` (2 x 128), dropout 0.1 nor a
-larger learning rate (3e-3, 1e-2) moved TriviaQA or NQ beyond this noise (about one
-point between seeds).
-
-**Three members** (``members=3``): the scorer is trained from three seeds on the same
-inputs (one internal LambdaMART) and their logits are averaged. Five-fold
-cross-validation over the *training* splits of the full-profile instances (each fold
-held out in turn; the validation split selects epochs; test untouched; held-out rank-1
-over answerable instances, 3 x 5 fits per dataset) against one member: TriviaQA 71.05 /
-69.56, PopQA 90.89 / 90.74, MS MARCO 73.65 / 73.46, NQ 73.49 / 72.79, SQuAD 2.0 88.52 /
-88.16, HotpotQA 89.88 / 89.37 (mean +0.56, higher on every dataset). On the same folds
-(one member, 3 seeds) LambdaMART reaches 67.09 / 89.54 / 73.37 / 71.25 / 84.83 / 88.91
-(mean 79.16 against 80.59), without ``h`` and ``r`` the anchored selector 80.18, and a
-stacked LambdaMART that also reads the ``q``-``e`` cosine and the listwise-centred
-features 80.68 (not adopted: within noise of 80.59). Five members instead of three, on
-the same folds: 81.18 against 81.25 (TriviaQA 71.05 / 71.05, PopQA 90.78 / 90.89, MS
-MARCO 74.23 / 73.65, NQ 73.38 / 73.49, SQuAD 2.0 87.91 / 88.52, HotpotQA 89.71 / 89.88),
-so three it is. Scoring cost: three small MLPs instead of one; the LETOR features and
-the trees are computed once. The members share one cross-fitting of the internal
-LambdaMART's training scores; in the same folds the selector as built (``members=3``,
-seed 0) reaches 81.25, and giving each member its own cross-fitting (folds drawn from
-its own seed) 81.09 (TriviaQA 71.33 / 70.63, PopQA 90.78 / 90.78, MS MARCO 74.04 /
-73.75, NQ 73.27 / 73.38, SQuAD 2.0 88.18 / 88.12, HotpotQA 89.88 / 89.88): not adopted.
-Three more lexical LETOR features for every LETOR ranker (the best sentence's idf-weighted
-query coverage, the density of the smallest window holding every matched query term,
-the share of the question's capitalised phrases found in the passage), 5-fold CV as
-above (3 seeds): LambdaMART 78.94 against 79.16, the anchored selector (one member)
-80.60 against 80.59: not adopted.
-
-Tried after that and not adopted (validation rank-1, large-profile instances, every
-block, test untouched): answer-type features in the interaction term (the question's
-"when / who / how many / where" cues crossed with years, months, digits and capitalised
-names new to the question; 4 seeds) changed TriviaQA, PopQA, MS MARCO, NQ, SQuAD 2.0 and
-HotpotQA by +0.37, +0.40, +0.18, +0.95, -0.45 and -1.46 (mean -0.00); an ensemble of
-three seeds (logits averaged; three disjoint triples against the nine members' mean) by
-+1.13, +0.44, -0.24, -0.07, -0.29 and +0.43 (mean +0.23) at three times the scoring cost
-(adopted later as ``members=3`` on the cross-validation above, which holds out about
-five times as many instances as these validation splits); a model pooled over the six
-datasets' training splits (one per seed, validation pooled) fell from 81.26 to 79.18
-mean validation rank-1 on the full-profile instances (TriviaQA 70.10 -> 66.32).
+Defaults (g and u 2 x 64, dropout 0.3, tau 0.1, guarded ``"loss"`` selection, the stacked
+``lambdamart`` block, ``members=3``) and the variants tried and not adopted are recorded,
+with their figures, in ``docs/decisions/``: ``anchored-selector.md``,
+``anchored-defaults.md``, ``anchored-stacked-lambdamart.md``, ``anchored-members.md``,
+``generator-features-ablation.md``, ``pooled-vs-per-dataset.md``,
+``letor-extra-features.md`` and ``answer-type-features.md``.
 """
 
 from __future__ import annotations

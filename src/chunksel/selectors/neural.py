@@ -5,9 +5,8 @@ question cut to ``max_query_len`` = 20 word pieces, each candidate's
 ``title + " " + text`` cut to ``max_doc_len`` = 200. K-NRM and DRMM read their word
 embeddings from MiniLM's input token-embedding table (30522 x 384). By default the table
 is **frozen** (``train_embeddings=False``): with a few hundred to a few thousand
-training questions per dataset, learning the 11.7M-parameter table overfitted (on the
-quick profile the frozen models averaged 8 points (K-NRM) and 22 points (DRMM) higher)
-and cost 30x the training time. Frozen, the matching inputs (kernel features,
+training questions per dataset, learning the 11.7M-parameter table overfitted and cost
+far more time (``docs/decisions/frozen-word-embeddings.md``). Frozen, the matching inputs (kernel features,
 histograms) are fixed and are computed once per fit (:mod:`chunksel.training.ranking`);
 K-NRM then learns 12 parameters and DRMM 545. ``train_embeddings=True`` learns the
 table as in the K-NRM paper (11,720,460 and 11,720,993 trainable parameters; the

@@ -14,23 +14,9 @@ blocks / budget dims), the candidates' embeddings ``E`` (N, K, d), 0/1 ``labels`
   weights. Without a validation split, 10% of the usable training instances are carved
   out deterministically (seeded permutation).
 
-Temperature: ``tau`` is a setting; its default :data:`DEFAULT_TAU` = 0.1 was chosen by
-rank-1 accuracy on held-out contested instances with
-:func:`chunksel.eval.studies.sweep_tau` over {0.02, 0.05, 0.1, 0.2}, full model
-(h, r from SmolLM2-135M-Instruct Q4_1, MiniLM E, K = 5), recipe defaults, 5-fold
-cross-validation over the contested train+val instances (test untouched):
-
-- TriviaQA (``build_instances("triviaqa", limit=3000)``: DPR dev/test questions, flat
-  MiniLM retrieval from wiki-w100, containment labels), 778 instances: 0.02 45.6%,
-  0.05 45.2%, 0.1 45.4%, 0.2 44.9% (one train -> val split: 47.3 / 43.0 / 40.9 / 39.8);
-- MS MARCO 600-query BM25 set (BM25 top 5, official labels), 261 instances: 24.5 / 25.7 /
-  26.4 / 25.7% (chunk block only: 26.8 / 26.8 / 24.1 / 26.8).
-
-Pooled over both (1,039 instances) 0.1 is best by a hair (40.6% vs 40.3 / 40.3 / 40.0);
-all differences are within noise (about +-1.5 points), so 0.1 is a provisional default:
-rerun the sweep on the full benchmark instances. At these sizes (under 1k usable
-training instances) the selector stays below the retrieval order (TriviaQA 58.6%,
-MS MARCO 40% on the same instances); the paper trained on far more.
+Temperature: ``tau`` is a setting; its default :data:`DEFAULT_TAU` = 0.1 is provisional,
+chosen by a small cross-validated sweep (:func:`chunksel.eval.studies.sweep_tau`) whose
+differences were within noise: ``docs/decisions/prototype-tau.md``.
 """
 
 from __future__ import annotations

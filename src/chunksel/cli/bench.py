@@ -1,0 +1,53 @@
+"""``chunksel bench`` and ``chunksel report``: run the benchmark study, re-render a report."""
+
+from __future__ import annotations
+
+import argparse
+
+from chunksel.cli.common import add_common
+from chunksel.settings import Settings
+
+COMMANDS = ("bench", "report")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="run the benchmark study and write the report")
+    add_common(p)
+    p.add_argument("--profile", choices=["quick", "full", "large"], default="quick",
+                   help="quick (<= 500 questions a dataset, 1 seed), full (<= 3,000, 3 seeds), "
+                        "large (every question, 3 seeds, learning curves; no Tables 2-3)")
+    p.add_argument("--datasets", nargs="+", default=None)
+    p.add_argument("--selectors", nargs="+", default=None)
+    p.add_argument("--out", default=None, help="report directory (default reports/<profile>)")
+    p.add_argument("--no-reuse", action="store_true",
+                   help="retrain everything instead of reusing results memoised by an earlier run")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="worker processes: the datasets are split over them for the per-dataset stages, "
+                        "then the study reads their memoised results (default 1)")
+
+    p = sub.add_parser("report", help="re-render report.md and the plots from a report folder's results.json")
+    add_common(p)
+    p.add_argument("folder", help="a report folder (holding results.json)")
+    p.add_argument("--out", default=None, help="write into this folder instead (default: the same one)")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    return (bench if args.command == "bench" else report)(args, settings)
+
+
+def bench(args: argparse.Namespace, settings: Settings) -> int:
+    from chunksel.bench import run_bench
+
+    run_bench(profile=args.profile, datasets=args.datasets, selectors=args.selectors,
+              out=args.out, seed=args.seed, progress=not settings.quiet, reuse=not args.no_reuse,
+              jobs=args.jobs, threads=args.threads)
+    return 0
+
+
+def report(args: argparse.Namespace, settings: Settings) -> int:
+    from chunksel.eval.output import write_report
+    from chunksel.eval.results import load_results
+
+    path = write_report(load_results(args.folder), args.out or args.folder)
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,37 @@
+"""``chunksel build``: benchmark instances (questions with their K candidates) for a dataset."""
+
+from __future__ import annotations
+
+import argparse
+
+from chunksel.cli.common import add_common
+from chunksel.settings import Settings
+
+COMMANDS = ("build",)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("build", help="build benchmark instances for a dataset")
+    add_common(p)
+    p.add_argument("--dataset", required=True, help="triviaqa, nq, popqa, msmarco, squad2, hotpotqa, wikiqa")
+    p.add_argument("--k", type=int, default=5, help="candidates per question (default 5)")
+    p.add_argument("--index", choices=["flat", "ivfpq"], default="flat", help="FAISS index (default flat)")
+    p.add_argument("--candidates", choices=["retrieve", "given"], default="retrieve",
+                   help="retrieve from the corpus, or use the candidates a set ships with")
+    p.add_argument("--limit", type=int, default=None, help="deterministic sample of at most N questions")
+    p.add_argument("--input", default=None, help="a generic JSONL file instead of a named dataset")
+    p.add_argument("--corpus", default=None,
+                   help="with --input records without ctxs: the corpus to retrieve from "
+                        "(wiki-w100, msmarco-sub, or a passage TSV/JSONL file)")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from chunksel.build import build_instances, format_stats
+
+    built = build_instances(
+        args.dataset, k=args.k, index=args.index, candidates=args.candidates,
+        limit=args.limit, input_path=args.input, seed=args.seed, progress=not settings.quiet,
+    )
+    print(format_stats(built))
+    print(f"instances: {built.path}")
+    return 0

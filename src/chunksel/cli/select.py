@@ -1,0 +1,104 @@
+"""``chunksel select``: choose chunk(s) for one question with a saved selector or an LLM
+selector (rankgpt, utility); prints the selection as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from chunksel.cli.common import add_common
+from chunksel.settings import Settings
+
+COMMANDS = ("select",)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("select", help="select chunk(s) for a question with any saved selector, or an LLM selector")
+    add_common(p)
+    p.add_argument("--model", default=None, help="a saved selector directory")
+    p.add_argument("--selector", default=None, choices=["rankgpt", "utility"],
+                   help="instead of --model: an LLM selector (utility returns its own dynamic k; rankgpt the --top)")
+    p.add_argument("--llm", default="local", metavar="local|URL",
+                   help="with --selector: local (SmolLM2 unless --llm-model) or an OpenAI-compatible base URL")
+    p.add_argument("--llm-model", default=None, help="with --selector: local model path, or the server's model name")
+    p.add_argument("--question", required=True)
+    p.add_argument("--chunk", action="append", default=[], help="a candidate chunk text (repeatable)")
+    p.add_argument("--chunks-file", default=None, help="a UTF-8 text file with one chunk per line")
+    p.add_argument("--top", type=int, default=1,
+                   help="chunks to return (>= 1, default 1); only the model's first K chunks are scored: "
+                        "the rest get null scores and a warning")
+    p.add_argument("--engine", default=None, choices=["torch", "onnxruntime"],
+                   help="inference engine (default: the one saved with the model, torch)")
+    p.add_argument("--quantize", default=None, choices=["fp32", "int8", "int8w"],
+                   help="inference numerics (default: those saved with the model, fp32)")
+    p.add_argument("--corpus", default=None,
+                   help="BM25-based selectors: score with this corpus's statistics (a name or a passage "
+                        "TSV/JSONL file) instead of those saved with the model")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    import warnings
+
+    from chunksel.data.chunks import read_chunks_file
+    from chunksel.errors import ConfigError, DataError, UnscoredChunksWarning
+    from chunksel.selectors.base import read_config
+
+    # the inputs and the saved model's config are checked before any model loads
+    if not args.question.strip():
+        raise DataError("empty question (--question)")
+    chunks = list(args.chunk)
+    if args.chunks_file:
+        chunks += read_chunks_file(args.chunks_file)
+    if not chunks:
+        raise ConfigError("no candidate chunks: give --chunk TEXT (repeatable) or --chunks-file FILE")
+    if args.selector:
+        if args.model:
+            raise ConfigError("give --model (a saved selector) or --selector (an LLM selector), not both")
+        print(json.dumps(llm_select(args, chunks), indent=2, ensure_ascii=False, allow_nan=False))
+        return 0
+    if not args.model:
+        raise ConfigError("give --model DIR (a saved selector) or --selector rankgpt|utility")
+    name = read_config(args.model)["name"]
+    if (args.quantize or args.engine) and name != "prototype":
+        raise ConfigError(f"{args.model} holds a {name!r} selector; --quantize and --engine apply to a "
+                          "prototype selector")
+    from chunksel.pipeline.chunk_selector import ChunkSelector
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnscoredChunksWarning)  # said below, in one line
+        result = ChunkSelector.load(args.model, quantize=args.quantize, engine=args.engine,
+                                    corpus=args.corpus).select(args.question, chunks, k=args.top)
+    if 0 <= result.n_scored < len(chunks):
+        print(f"warning: only the first {result.n_scored} of {len(chunks)} chunks were scored (the model's "
+              f"K={result.n_scored}); the rest have null scores and cannot be selected", file=sys.stderr)
+    print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False, allow_nan=False))
+    return 0
+
+
+def llm_select(args: argparse.Namespace, chunks: list[str]) -> dict:
+    """``select --selector rankgpt|utility``: one question and its chunks through an LLM selector."""
+    from chunksel.errors import ConfigError
+    from chunksel.selectors import make_selector
+    from chunksel.types import Candidate, Instance, Question
+
+    if args.llm == "local":
+        settings = {"backend": "local", "model": args.llm_model}
+    elif args.llm.startswith(("http://", "https://")):
+        if not args.llm_model:
+            raise ConfigError("--llm URL needs --llm-model NAME (the server's model name)")
+        settings = {"backend": "openai", "base_url": args.llm, "model": args.llm_model}
+    else:
+        raise ConfigError(f"--llm must be 'local' or an http(s):// base URL, got {args.llm!r}")
+    sel = make_selector(args.selector, progress=False, **settings)
+    inst = Instance(Question(id="cli", text=args.question),
+                    [Candidate(id=f"chunk{j}", text=t, rank=j) for j, t in enumerate(chunks)])
+    picked = sel.select_dynamic([inst])[0] if args.selector == "utility" else sel.select([inst], k=args.top)[0]
+    run = sel.runs_[inst.id]
+    backend = sel.llm().backend
+    return {"selector": args.selector, "llm": f"{backend.name}/{backend.model_id}",
+            "k": len(picked.indices), "empty": not picked.indices, "indices": picked.indices,
+            "chunks": [chunks[i] for i in picked.indices],
+            "order": run.order if args.selector == "rankgpt" else None,
+            "pseudo_answers": run.answers, "calls": run.calls, "prompt_tokens": run.prompt_tokens,
+            "llm_seconds": round(run.seconds, 3), "repairs": run.repairs.to_dict(), "read": run.read}

@@ -150,7 +150,8 @@ def label_instances(
     Args:
         instances: the instances (every real candidate is judged).
         backend: any :class:`~chunksel.llm.backends.LLMBackend`.
-        batch_size: pairs per backend call.
+        batch_size: pairs per backend call; raised to the backend's ``max_concurrency``
+            (an HTTP server's requests in flight) so a call fills every slot.
         cache: cache root (default ``$CHUNKSEL_CACHE``).
         fsync: ``fsync`` every cached answer.
         progress: a progress bar over the pairs not yet cached.
@@ -170,8 +171,8 @@ def label_instances(
         prompt=lambda p: judge_prompt(p[0].question.text, p[1].text),
         item_id=lambda p: pair_id(*p),
         template=JUDGE_PROMPT, options=JUDGE_OPTIONS, default=JUDGE_DEFAULT,
-        batch_size=batch_size, cache=cache, fsync=fsync, progress=progress,
-        desc=f"judge {backend.name}",
+        batch_size=max(batch_size, int(getattr(backend, "max_concurrency", 1) or 1)),
+        cache=cache, fsync=fsync, progress=progress, desc=f"judge {backend.name}",
     )
     judge = f"{backend.name}/{backend.model_id}"
     key = judge_key(backend.name, backend.model_id)

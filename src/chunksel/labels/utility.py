@@ -10,8 +10,9 @@ small selectors train on with ``--label utility``, like the judge's ``semantic``
 The teacher's calls go through the response cache (a killed run resumes; a rerun is
 free). The labels are persisted as a sidecar beside the dataset's instance stores, in the
 judge's row format (:class:`~chunksel.data.label_sidecars.JudgeRow`; ``p_yes`` is
-``None``, ``parsed`` is false for a question whose teacher output needed a repair that
-left no readable selection)::
+``None``, ``parsed`` is false for a question whose teacher call failed or whose output
+had no readable selection: such a question fails open to retrieval order in the
+teacher's run and its rows say why, and ``summary()`` counts them as ``fallbacks``)::
 
     <cache>/instances/<dataset>/labels/utility@<teacher>.jsonl
     <cache>/instances/<dataset>/labels/utility@<teacher>.meta.json
@@ -63,6 +64,7 @@ class UtilityLabels:
         return {
             "questions": len(runs), "pairs": len(self.rows), "positive": sum(r.label for r in self.rows),
             "empty_selections": sum(r.empty for r in runs),
+            "fallbacks": sum(r.fallback is not None for r in runs),
             "calls": sum(r.calls for r in runs), "cached_calls": sum(r.cached for r in runs),
             "prompt_tokens": sum(r.prompt_tokens for r in runs),
             "llm_seconds": round(sum(r.seconds for r in runs), 2),
@@ -100,20 +102,23 @@ def label_instances(
     key = judge_key(backend.name, backend.model_id)
     rows: list[JudgeRow] = []
     runs: list[ListwiseRun] = []
-    try:
-        for inst in tqdm(instances, desc="utility teacher", unit="q", disable=not show_progress(progress)):
-            run = llm.select(inst.id, inst.question.text, [c.text for c in inst.candidates],
-                             [c.id for c in inst.candidates], [c.title for c in inst.candidates])
-            runs.append(run)
-            chosen = set(run.order)
-            unreadable = run.read == "text" and run.repairs.unparsed > 0
-            for j, cand in enumerate(inst.candidates):
-                row = JudgeRow(inst.id, cand.id, int(j in chosen), None, parsed=not unreadable,
-                               reason="no readable selection in the teacher's output" if unreadable else None)
-                rows.append(row)
-                _apply(cand, row, key, teacher, plain=True, source=UTILITY_SOURCE)
+    questions = [(inst.id, inst.question.text, [c.text for c in inst.candidates],
+                  [c.id for c in inst.candidates], [c.title for c in inst.candidates]) for inst in instances]
+    bar = tqdm(total=len(questions), desc="utility teacher", unit="q", disable=not show_progress(progress))
+    try:  # questions concurrently, up to the backend's max_concurrency
+        runs = llm.run_many("utility", questions, progress=lambda _run: bar.update(1))
     finally:
+        bar.close()
         llm.close()
+    for inst, run in zip(instances, runs, strict=True):
+        chosen = set(run.order)
+        for j, cand in enumerate(inst.candidates):
+            if run.fallback:  # no teacher decision: not a label, and the row says why
+                row = JudgeRow(inst.id, cand.id, 0, None, parsed=False, reason=f"teacher fell back: {run.fallback}"[:300])
+            else:
+                row = JudgeRow(inst.id, cand.id, int(j in chosen), None, parsed=True)
+            rows.append(row)
+            _apply(cand, row, key, teacher, plain=True, source=UTILITY_SOURCE)
     return UtilityLabels(teacher, key, rows, runs, time.perf_counter() - t0)
 
 

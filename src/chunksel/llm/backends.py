@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -30,6 +29,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from chunksel.errors import ChunkselError, ConfigError, DataError
+from chunksel.llm.parsing import (
+    TokenStep,
+    check_options,
+    option_logprobs_from_steps,
+    parse_choice,
+    steps_after_reasoning,
+    strip_reasoning,
+)
 
 #: one chat message: ``{"role": "system" | "user" | "assistant", "content": str}``
 Message = Mapping[str, str]
@@ -173,6 +180,9 @@ class Usage:
         tokens_out: generated tokens.
         seconds: wall time inside the backend.
         unparsed: choices whose output named no option (see ``parse_failures``).
+        logprob_refusals: requests a server refused because they asked for
+            log-probabilities (HTTP 400 naming ``logprobs``); each was sent again without
+            them and its decision read from the text.
     """
 
     calls: int = 0
@@ -182,6 +192,7 @@ class Usage:
     tokens_out: int = 0
     seconds: float = 0.0
     unparsed: int = 0
+    logprob_refusals: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -221,64 +232,6 @@ def normalize_prompt(prompt: Prompt) -> list[dict[str, str]]:
     if not any(m["content"].strip() for m in out):
         raise DataError("empty prompt: every chat message is empty")
     return out
-
-
-def check_options(options: Sequence[str]) -> tuple[str, ...]:
-    """Validate fixed options: at least one, non-empty strings, no duplicates.
-
-    Raises:
-        DataError: no options, an empty or non-string option, or a repeated option.
-    """
-    if isinstance(options, str) or not options:
-        raise DataError("choose() needs a non-empty list of options, e.g. ['Yes', 'No']")
-    opts = tuple(options)
-    for o in opts:
-        if not isinstance(o, str) or not o.strip():
-            raise DataError(f"options must be non-empty strings, got {o!r}")
-    if len(set(opts)) != len(opts):
-        raise DataError(f"options must be distinct, got {list(opts)}")
-    return opts
-
-
-def _option_pattern(options: Sequence[str]) -> re.Pattern[str]:
-    alts = "|".join(re.escape(o.strip()) for o in sorted(options, key=len, reverse=True))
-    # an option counts as a whole word: "1" does not match inside "10", "No" not in "Not"
-    return re.compile(rf"(?<![\w])({alts})(?![\w])", re.IGNORECASE)
-
-
-def parse_choice(text: str, options: Sequence[str], default: str | None = None) -> tuple[int, str | None]:
-    """Read which option a free-text answer names.
-
-    The first whole-word, case-insensitive occurrence of any option wins ("Answer: [3]"
-    gives ``"3"``, "yes, it is" gives ``"Yes"``); an output that names none gets the
-    explicit default.
-
-    Args:
-        text: the generated text.
-        options: the fixed options.
-        default: the option used when the text names none (``None``: the first option).
-
-    Returns:
-        ``(index, reason)``: the chosen option's index and ``None``, or the default's
-        index and why the text could not be parsed.
-
-    Raises:
-        DataError: bad options, or a default that is not one of them.
-    """
-    opts = check_options(options)
-    fallback = opts[0] if default is None else default
-    if fallback not in opts:
-        raise DataError(f"default {fallback!r} is not one of the options {list(opts)}")
-    if not text or not text.strip():
-        return opts.index(fallback), "empty output"
-    match = _option_pattern(opts).search(text)
-    if match is None:
-        return opts.index(fallback), f"no option among {list(opts)} in the output"
-    found = match.group(1).casefold()
-    for i, o in enumerate(opts):
-        if o.strip().casefold() == found:
-            return i, None
-    return opts.index(fallback), "no option matched"  # pragma: no cover - regex guarantees a hit
 
 
 class LLMBackend(ABC):
@@ -404,75 +357,6 @@ def choice_from_text(
     )
 
 
-@dataclass(frozen=True)
-class TokenStep:
-    """One generated position as an OpenAI-style server reports it.
-
-    Attributes:
-        token: the generated token's text.
-        logprob: its log-probability.
-        top: the most likely tokens at this position, ``(token, log-probability)``.
-    """
-
-    token: str
-    logprob: float
-    top: tuple[tuple[str, float], ...] = ()
-
-
-def _logsumexp(xs: Sequence[float]) -> float:
-    top = max(xs)
-    return top + math.log(sum(math.exp(x - top) for x in xs))
-
-
-def option_logprobs_from_steps(options: Sequence[str], steps: Sequence[TokenStep]) -> list[float]:
-    """Each option's log-probability as the answer, read from a generation's top tokens.
-
-    The walk follows the generated tokens: at position ``i`` (having generated ``s``),
-    every listed token ``t`` with ``s + t`` equal to an option completes that option with
-    ``log p(s) + log p(t)`` (surface variants such as ``"Yes"``/``" yes"`` add up:
-    comparison ignores case and the answer's leading whitespace); the walk goes on while
-    the generated text is still a prefix of some option. An option completed on the
-    generated path whose text begins a longer option (``1`` and ``10``) also pays
-    ``log(1 - p(tokens going on into the longer options))`` at the next position.
-    Options never reached get ``-inf``.
-
-    Args:
-        options: the fixed options.
-        steps: the generated positions with their top log-probabilities.
-
-    Returns:
-        One float per option (``-inf`` where the server's top tokens did not reach it).
-    """
-    keys = [o.strip().casefold() for o in options]
-    found: list[list[float]] = [[] for _ in options]
-    prefix, lp = "", 0.0
-    for i, step in enumerate(steps):
-        entries = dict(step.top)
-        entries.setdefault(step.token, step.logprob)
-        seen: set[tuple[int, str]] = set()
-        for tok, tlp in entries.items():
-            text = (prefix + (tok if prefix else tok.lstrip())).casefold()
-            for j, key in enumerate(keys):
-                if text == key and (j, tok) not in seen:
-                    seen.add((j, tok))
-                    score = lp + tlp
-                    if tok == step.token and i + 1 < len(steps):
-                        nxt = steps[i + 1]
-                        nxt_entries = dict(nxt.top)
-                        nxt_entries.setdefault(nxt.token, nxt.logprob)
-                        mass = sum(
-                            math.exp(v) for t, v in nxt_entries.items()
-                            if any(k != key and k.startswith((text + t).casefold()) for k in keys)
-                        )
-                        score += math.log(max(1.0 - mass, 1e-30))
-                    found[j].append(score)
-        prefix += step.token if prefix else step.token.lstrip()
-        lp += step.logprob
-        if not any(k.startswith(prefix.casefold()) and k != prefix.casefold() for k in keys):
-            break
-    return [_logsumexp(f) if f else -math.inf for f in found]
-
-
 _BACKENDS = {
     "local": ("chunksel.llm.local", "LocalBackend"),
     "openai": ("chunksel.llm.openai_http", "OpenAIBackend"),
@@ -516,4 +400,5 @@ __all__ = [
     "BackendError", "Choice", "Generation", "LLMBackend", "Message", "ParseFailure", "Prompt",
     "TokenStep", "Usage", "check_options", "choice_from_logprobs", "choice_from_text",
     "get_backend", "normalize_prompt", "register_backend", "option_logprobs_from_steps", "parse_choice",
+    "steps_after_reasoning", "strip_reasoning",
 ]

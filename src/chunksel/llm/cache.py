@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -129,6 +130,7 @@ class ResponseCache:
         self._records: dict[str, dict[str, Any]] = {}
         self.torn = 0
         self.corrupt = 0
+        self._thread_lock = threading.Lock()  # flock does not exclude threads of one process
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         self._load()
 
@@ -247,6 +249,11 @@ class ResponseCache:
         rec = {"id": item_id, "prompt": prompt, "kind": kind, "result": result.to_dict(),
                "time": round(time.time(), 3)}
         line = (json.dumps(rec, ensure_ascii=False, allow_nan=False) + "\n").encode()
+        with self._thread_lock:
+            self._append(line)
+        self._records[item_id] = rec
+
+    def _append(self, line: bytes) -> None:
         self._lock()
         try:
             view = memoryview(line)
@@ -257,7 +264,6 @@ class ResponseCache:
                 os.fsync(self._fd)
         finally:
             self._unlock()
-        self._records[item_id] = rec
 
     def records(self) -> dict[str, dict[str, Any]]:
         """Every record by item id (the latest line of each id)."""

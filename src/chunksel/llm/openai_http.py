@@ -25,6 +25,19 @@ Requests:
 options from them (:func:`~chunksel.llm.backends.option_logprobs_from_steps`); when the
 server returns none, or none of the options is among them, it parses the text with
 :func:`~chunksel.llm.backends.parse_choice` (explicit default, failures recorded).
+
+- **Servers without log-probabilities**: a request refused with status 400 whose body
+  names ``logprobs`` is sent again at once without them (not a retry); the backend stops
+  asking for them (``logprobs_refused``), reads decisions from the text, and counts each
+  refusal in ``usage.logprob_refusals``.
+- **Reasoning models**: ``max_tokens_field="max_completion_tokens"`` for APIs that take
+  that name (OpenAI's reasoning models); ``<think>...</think>`` blocks are removed from
+  the text before anything parses it, and the top tokens are read after the block
+  (:func:`~chunksel.llm.parsing.strip_reasoning`); ``extra_body`` carries fields such as
+  ``{"chat_template_kwargs": {"enable_thinking": false}}`` or ``reasoning_effort``.
+- **Cache key**: :meth:`OpenAIBackend.settings` holds the URL and every request setting
+  (``top_logprobs``, the choice budget, the token field, ``extra_body``), so two servers
+  that serve the same model name never share cached answers.
 """
 
 from __future__ import annotations
@@ -54,6 +67,8 @@ from chunksel.llm.backends import (
     choice_from_text,
     normalize_prompt,
     option_logprobs_from_steps,
+    steps_after_reasoning,
+    strip_reasoning,
 )
 
 httpx = require("httpx", "llm-http")
@@ -163,8 +178,12 @@ class OpenAIBackend(LLMBackend):
         requests_per_second: request starts per second (``None``: no limit).
         top_logprobs: top tokens per position asked for by :meth:`choose_many`
             (0: do not ask for log-probabilities, parse the text).
-        choose_max_tokens: ``max_tokens`` of a :meth:`choose_many` request.
-        extra_body: more JSON fields for every request (e.g. ``{"seed": 0}``).
+        choose_max_tokens: ``max_tokens`` of a :meth:`choose_many` request (a reasoning
+            model needs room for its ``<think>`` block).
+        max_tokens_field: the request field of the token budget: ``"max_tokens"`` or
+            ``"max_completion_tokens"``.
+        extra_body: more JSON fields for every request (e.g. ``{"seed": 0}``); they
+            override the backend's own.
         seed: seed of the backoff jitter.
         transport: an ``httpx`` transport (tests, proxies).
 
@@ -189,6 +208,7 @@ class OpenAIBackend(LLMBackend):
         requests_per_second: float | None = None,
         top_logprobs: int = 20,
         choose_max_tokens: int = 8,
+        max_tokens_field: str = "max_tokens",
         extra_body: dict[str, Any] | None = None,
         seed: int | None = None,
         transport: Any = None,
@@ -203,6 +223,11 @@ class OpenAIBackend(LLMBackend):
                 "OpenAIBackend needs timeout > 0, max_concurrency >= 1, max_retries >= 0 "
                 "and backoff >= 0"
             )
+        if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+            raise ConfigError(
+                f"max_tokens_field must be 'max_tokens' or 'max_completion_tokens', got {max_tokens_field!r}")
+        if extra_body is not None and not isinstance(extra_body, dict):
+            raise ConfigError(f"extra_body must be a JSON object, got {type(extra_body).__name__}")
         if requests_per_second is not None and requests_per_second <= 0:
             raise ConfigError(f"requests_per_second must be > 0, got {requests_per_second}")
         url = base_url.rstrip("/")
@@ -218,7 +243,9 @@ class OpenAIBackend(LLMBackend):
         self.requests_per_second = requests_per_second
         self.top_logprobs = int(top_logprobs)
         self.choose_max_tokens = int(choose_max_tokens)
+        self.max_tokens_field = max_tokens_field
         self.extra_body = dict(extra_body or {})
+        self.logprobs_refused = False
         self._rng = random.Random(seed)
         self._limiter = _RateLimiter(requests_per_second)
         self._slots = threading.BoundedSemaphore(self.max_concurrency)
@@ -247,8 +274,10 @@ class OpenAIBackend(LLMBackend):
         return f"OpenAIBackend(url={self.url!r}, model={self.model_id!r})"
 
     def settings(self) -> dict[str, Any]:
-        """``extra_body`` (e.g. a seed) changes outputs, so it joins the cache key."""
-        return {"extra_body": self.extra_body} if self.extra_body else {}
+        """The server's URL and every request setting: they join the cache key."""
+        return {"url": self.url, "top_logprobs": self.top_logprobs,
+                "choose_max_tokens": self.choose_max_tokens,
+                "max_tokens_field": self.max_tokens_field, "extra_body": self.extra_body}
 
     # -- one request with retries
     def _delay(self, attempt: int, retry_after: float | None) -> float:
@@ -272,8 +301,11 @@ class OpenAIBackend(LLMBackend):
         """
         attempts = self.max_retries + 1
         last = "no attempt"
-        for attempt in range(attempts):
+        attempt = -1
+        while attempt + 1 < attempts:
+            attempt += 1
             retry_after = None
+            refused = False
             with self._slots:
                 self._limiter.wait()
                 try:
@@ -293,11 +325,23 @@ class OpenAIBackend(LLMBackend):
                     elif status in RETRY_STATUSES or status >= 500:
                         last = f"status {status}"
                         retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                    elif status == 400 and "logprobs" in body and "logprob" in resp.text.lower():
+                        refused = True
                     else:
                         raise BackendError(
                             f"POST {self.url} failed with status {status} (not retried): "
                             f"{resp.text[:300]!r}"
                         )
+            if refused:  # the server takes no log-probabilities: ask again without them
+                body = {k: v for k, v in body.items() if k not in ("logprobs", "top_logprobs")}
+                with self._usage_lock:
+                    self.usage.logprob_refusals += 1
+                if not self.logprobs_refused:
+                    log.warning("POST %s refused logprobs (%s); decisions are read from the text",
+                                self.url, resp.text[:200])
+                self.logprobs_refused = True
+                attempt -= 1
+                continue
             if attempt + 1 < attempts:
                 delay = self._delay(attempt, retry_after)
                 with self._usage_lock:
@@ -311,11 +355,11 @@ class OpenAIBackend(LLMBackend):
         body: dict[str, Any] = {
             "model": self.model_id,
             "messages": normalize_prompt(prompt),
-            "max_tokens": max_tokens,
+            self.max_tokens_field: max_tokens,
             "temperature": temperature,
             "n": 1,
         }
-        if top_logprobs > 0:
+        if top_logprobs > 0 and not self.logprobs_refused:
             body["logprobs"] = True
             body["top_logprobs"] = top_logprobs
         body.update(self.extra_body)
@@ -359,10 +403,10 @@ class OpenAIBackend(LLMBackend):
             n_in, n_out = self._usage(data)
             steps = _steps(choice) if top_logprobs > 0 else None
             top = None
-            if steps is not None:
-                top = tuple(s.top or ((s.token, s.logprob),) for s in steps)
+            if steps:
+                top = tuple(s.top or ((s.token, s.logprob),) for s in steps_after_reasoning(steps))
             return Generation(
-                text=choice["message"].get("content") or "", tokens_in=n_in, tokens_out=n_out,
+                text=strip_reasoning(choice["message"].get("content") or ""), tokens_in=n_in, tokens_out=n_out,
                 seconds=time.perf_counter() - t0, finish_reason=choice.get("finish_reason"),
                 top_logprobs=top,
             )
@@ -398,10 +442,12 @@ class OpenAIBackend(LLMBackend):
             t0 = time.perf_counter()
             data, choice = self.post(body)
             n_in, n_out = self._usage(data)
-            text = choice["message"].get("content") or ""
+            text = strip_reasoning(choice["message"].get("content") or "")
             steps = _steps(choice)
             seconds = time.perf_counter() - t0
             if steps is not None:
+                steps = steps_after_reasoning(steps)
+            if steps:
                 lps = option_logprobs_from_steps(opts, steps)
                 if any(math.isfinite(lp) for lp in lps):
                     return choice_from_logprobs(opts, lps, text=text, tokens_in=n_in,

@@ -7,7 +7,9 @@ how the local backend reads its decisions: see that module). Settings:
 
 - ``backend``: ``"local"`` (transformers; ``model`` is a model folder or ``.gguf``,
   default SmolLM2-135M-Instruct), ``"openai"`` (``base_url`` and ``model`` = the server's
-  model name) or any name registered with :func:`chunksel.llm.backends.register_backend`.
+  model name; ``backend_options``: more :class:`~chunksel.llm.openai_http.OpenAIBackend`
+  arguments such as ``max_concurrency``, ``timeout``, ``extra_body``) or any name
+  registered with :func:`chunksel.llm.backends.register_backend`.
 - ``window`` / ``step`` / ``carry``: 20 / 10 / 10 as in the paper.
 - ``read``: ``None`` (local: log-probabilities, else text), ``"text"`` or ``"logprobs"``;
   ``calibrate``: the logprobs read's content-free calibration (on by default).
@@ -19,7 +21,10 @@ LLM's final permutation (``-position``). ``utility`` scores the selected candida
 ``select(k)`` follows the contract (top ``k``) and the selected ones come first;
 :meth:`UtilitySelector.select_dynamic` returns the selection itself (dynamic k, possibly
 empty). Every query's :class:`~chunksel.llm.listwise.ListwiseRun` (calls, tokens,
-seconds, repairs, k) is kept in ``runs_`` by question id.
+seconds, repairs, k, ``fallback``) is kept in ``runs_`` by question id. Questions are
+sent concurrently up to the backend's ``max_concurrency``. A question whose LLM call
+fails after its retries, or whose output has no readable ranking or selection, is
+scored in retrieval order and flagged (``run.fallback``); :meth:`fallbacks` counts them.
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ class _ListwiseSelector(Selector):
     def __init__(self, backend: str = "local", model: str | None = None, base_url: str | None = None,
                  window: int = 20, step: int = 10, carry: int = 10, read: str | None = None,
                  max_new_tokens: int = 128, max_passage_words: int | None = 120,
-                 calibrate: bool = True, progress: bool = True) -> None:
+                 calibrate: bool = True, progress: bool = True,
+                 backend_options: dict[str, Any] | None = None) -> None:
         self.backend = backend
         self.model = model
         self.base_url = base_url
@@ -59,6 +65,7 @@ class _ListwiseSelector(Selector):
         self.max_passage_words = max_passage_words
         self.calibrate = calibrate
         self.progress = progress
+        self.backend_options = dict(backend_options or {})
 
     # ----------------------------------------------------------- the backend
     def use_backend(self, backend: Any) -> _ListwiseSelector:
@@ -86,12 +93,14 @@ class _ListwiseSelector(Selector):
         from chunksel.llm.backends import get_backend
 
         if self.backend == "local":
+            if self.backend_options:
+                raise ConfigError(f"{self.name}: backend_options {sorted(self.backend_options)} are for an HTTP backend")
             return get_backend("local", model_path=self.model)
         if self.backend == "openai":
             if not self.base_url or not self.model:
                 raise ConfigError(f"{self.name}: backend 'openai' needs base_url and model (the server's model name)")
-            return get_backend("openai", base_url=self.base_url, model=self.model)
-        return get_backend(self.backend)
+            return get_backend("openai", base_url=self.base_url, model=self.model, **self.backend_options)
+        return get_backend(self.backend, **self.backend_options)
 
     # ----------------------------------------------------------- running
     def run(self, batch: Sequence[Instance]) -> list[Any]:
@@ -102,14 +111,21 @@ class _ListwiseSelector(Selector):
         runner = self.llm()
         if not hasattr(self, "runs_"):
             self.runs_: dict[str, Any] = {}
-        out = []
-        for inst in tqdm(batch, desc=self.name, unit="q", disable=not show_progress(self.progress) or len(batch) < 2):
-            args = (inst.id, inst.question.text, [c.text for c in inst.candidates],
-                    [c.id for c in inst.candidates], [c.title for c in inst.candidates])
-            res = runner.rank(*args) if self.method == "rankgpt" else runner.select(*args)
+        questions = [(inst.id, inst.question.text, [c.text for c in inst.candidates],
+                      [c.id for c in inst.candidates], [c.title for c in inst.candidates]) for inst in batch]
+        bar = tqdm(total=len(batch), desc=self.name, unit="q",
+                   disable=not show_progress(self.progress) or len(batch) < 2)
+        try:
+            out = runner.run_many(self.method, questions, progress=lambda _run: bar.update(1))
+        finally:
+            bar.close()
+        for inst, res in zip(batch, out, strict=True):
             self.runs_[inst.id] = res
-            out.append(res)
         return out
+
+    def fallbacks(self) -> dict[str, str]:
+        """Question id -> why that question fell back to retrieval order (so far)."""
+        return {qid: r.fallback for qid, r in getattr(self, "runs_", {}).items() if r.fallback}
 
     def _load_state(self, path: Path, state: dict[str, Any]) -> None:
         return None

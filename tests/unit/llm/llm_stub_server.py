@@ -16,6 +16,9 @@ request, in order:
   then the connection closed;
 - ``"say:TEXT"``: status 200, ``TEXT`` as the content, no log-probabilities.
 
+With ``refuse_logprobs`` set, every request asking for ``logprobs`` gets status 400 and
+an error naming them, as servers without log-probability support answer.
+
 Answers are memoised per request (messages, limits), so a retried request is answered
 at once: the model's speed never races the client's timeout.
 """
@@ -45,6 +48,7 @@ class ChatServer:
         self.backend = backend
         self.faults: deque[str] = deque()
         self.requests: list[dict[str, Any]] = []
+        self.refuse_logprobs = False
         self._lock = threading.Lock()
         self._memo: dict[str, dict[str, Any]] = {}
         self._model_lock = threading.Lock()
@@ -76,6 +80,7 @@ class ChatServer:
         with self._lock:
             self.faults.clear()
             self.requests.clear()
+            self.refuse_logprobs = False
 
     def close(self) -> None:
         """Stop serving."""
@@ -86,11 +91,12 @@ class ChatServer:
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         """The chat-completion response to ``body`` from the model (memoised)."""
         top_n = int(body.get("top_logprobs") or 0) if body.get("logprobs") else 0
-        key = stable_json([body["messages"], body.get("max_tokens"), top_n])
+        limit = body.get("max_tokens") or body.get("max_completion_tokens")
+        key = stable_json([body["messages"], limit, top_n])
         with self._model_lock:
             if key not in self._memo:
                 gen = self.backend.generate(
-                    [body["messages"]], int(body.get("max_tokens") or 16), top_logprobs=max(top_n, 1)
+                    [body["messages"]], int(limit or 16), top_logprobs=max(top_n, 1)
                 )[0]
                 positions = list(gen.top_logprobs or ())
                 if gen.finish_reason == "stop":
@@ -142,6 +148,10 @@ class ChatServer:
         try:
             if h.path != "/v1/chat/completions":
                 self._send(h, 404, b'{"error": {"message": "not found"}}')
+            elif self.refuse_logprobs and body.get("logprobs"):
+                err = {"error": {"message": "logprobs is not supported by this model",
+                                 "type": "invalid_request_error", "param": "logprobs"}}
+                self._send(h, 400, json.dumps(err).encode())
             elif fault.isdigit():
                 err = {"error": {"message": f"injected {fault}", "type": "server_error"}}
                 self._send(h, int(fault), json.dumps(err).encode())

@@ -110,3 +110,29 @@ def test_http_backend_without_httpx_names_the_extra(monkeypatch):
         importlib.import_module("chunksel.llm.openai_http")
     with pytest.raises(ImportError, match="llm-http"):
         get_backend("openai", base_url="http://127.0.0.1:1/v1", model="m")
+
+
+def test_strip_reasoning():
+    from chunksel.llm.backends import strip_reasoning
+
+    assert strip_reasoning("<think>No. Wait.</think>\n\nYes") == "Yes"
+    assert strip_reasoning("<THINK>a</THINK> [2] > [1] <think>b</think>") == "[2] > [1]"
+    assert strip_reasoning("the template opened it; No</think> Yes") == "Yes"
+    assert strip_reasoning("<think>never closed, No") == ""
+    assert strip_reasoning("plain [1] > [2]") == "plain [1] > [2]"
+    assert strip_reasoning("") == ""
+
+
+def test_logprobs_read_after_the_reasoning_block():
+    from chunksel.llm.backends import TokenStep, option_logprobs_from_steps, steps_after_reasoning
+
+    no, yes = math.log(0.3), math.log(0.7)
+    steps = [TokenStep("<think>", 0.0), TokenStep("No", -0.1, (("No", -0.1),)), TokenStep("</", 0.0),
+             TokenStep("think>", 0.0), TokenStep("\n\n", 0.0), TokenStep("Yes", yes, (("Yes", yes), ("No", no)))]
+    after = steps_after_reasoning(steps)
+    assert [s.token for s in after] == ["Yes"]
+    assert option_logprobs_from_steps(["Yes", "No"], after) == pytest.approx([yes, no])
+    # without the cut the thinking "No" would be read as the answer
+    assert option_logprobs_from_steps(["Yes", "No"], steps)[0] == -math.inf
+    assert steps_after_reasoning(steps[:2]) == []  # still thinking: no answer tokens
+    assert steps_after_reasoning(steps[-1:]) == steps[-1:]

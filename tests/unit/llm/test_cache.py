@@ -184,3 +184,29 @@ def test_map_cached_with_smollm2(tmp_path, smollm2):
     assert smollm2.usage.calls == calls
     rel = first.cache_path.relative_to(tmp_path)
     assert rel.parts[:3] == ("llm", "local", smollm2.model_id) and rel.name.startswith("choose-")
+
+
+def test_two_servers_never_share_answers(tmp_path):
+    """The URL and every request setting key the namespace: same model name, other server
+    (or other top_logprobs, token field, extra body) is another cache file."""
+    pytest.importorskip("httpx")
+    from chunksel.llm.openai_http import OpenAIBackend
+
+    def store(url, **kw):
+        b = OpenAIBackend(url, "same-model", api_key_env="", **kw)
+        return ResponseCache.for_backend(b, task="choose", template="T", settings={"options": ["Yes", "No"]},
+                                         cache=tmp_path, fsync=False)
+
+    base = "http://127.0.0.1:8001/v1"
+    a = store(base)
+    a.put("q1", "h", Choice("Yes", 0, ("Yes", "No"), (-0.1, -2.0), "logprobs"))
+    variants = [store("http://127.0.0.1:8002/v1"), store("https://api.example.com/v1"),
+                store(base, top_logprobs=5), store(base, choose_max_tokens=64),
+                store(base, max_tokens_field="max_completion_tokens"), store(base, extra_body={"seed": 1})]
+    paths = {a.path, *(v.path for v in variants)}
+    assert len(paths) == 7
+    assert all(v.get("q1") is None for v in variants)
+    again = store(base + "/")  # the same server spelled with a trailing slash: a hit
+    assert again.path == a.path and again.get("q1", "h").option == "Yes"
+    meta = json.loads(a.path.with_name(a.path.stem + ".meta.json").read_text())
+    assert meta["settings"]["url"] == base + "/chat/completions"

@@ -51,7 +51,10 @@ def test_malformed_server_outputs_are_repaired_and_counted(server, tmp_path):
     assert (rank.repairs.duplicates, rank.repairs.out_of_range, rank.repairs.missing) == (1, 1, 2)
     assert util.order == [0] and util.answers == ["Paris"] and util.k == 1
     assert (util.repairs.out_of_range, util.repairs.duplicates) == (1, 1)
-    assert none.empty and none.k == 0 and (none.repairs.unparsed, none.repairs.no_answer) == (1, 1)
+    # no "My selection" at all: not an empty selection but a failure, so retrieval order
+    assert (none.repairs.unparsed, none.repairs.no_answer) == (1, 1)
+    assert none.order == [0, 1, 2] and not none.empty and "no readable selection" in none.fallback
+    assert rank.fallback is None and util.fallback is None
 
 
 def test_the_selector_runs_on_the_openai_backend(server):

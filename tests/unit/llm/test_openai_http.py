@@ -13,7 +13,7 @@ from chunksel.errors import ConfigError, DataError
 pytestmark = pytest.mark.model
 httpx = pytest.importorskip("httpx")
 
-from chunksel.llm.backends import BackendError  # noqa: E402
+from chunksel.llm.backends import BackendError, choice_from_text  # noqa: E402
 from chunksel.llm.openai_http import OpenAIBackend, parse_retry_after  # noqa: E402
 
 QUESTION = "Is Paris the capital of France? Answer Yes or No."
@@ -168,3 +168,53 @@ def test_parse_retry_after():
     assert parse_retry_after(None) is None and parse_retry_after("soon") is None
     when = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
     assert 25 <= parse_retry_after(when) <= 31
+
+
+def test_server_refusing_logprobs_falls_back_to_text_decisions(server, smollm2):
+    """A 400 naming logprobs is answered by asking again without them, once, counted."""
+    server.refuse_logprobs = True
+    with client(server, top_logprobs=5, timeout=120.0) as b:
+        first = b.choose(QUESTION, ["Yes", "No"])
+        second = b.choose(QUESTION, ["Yes", "No"])
+    local_text = smollm2.generate([QUESTION], max_new_tokens=8)[0].text
+    expected = choice_from_text(("Yes", "No"), local_text)
+    for c in (first, second):
+        assert c.source == "text" and c.logprobs is None and c.option == expected.option
+    assert b.logprobs_refused and b.usage.logprob_refusals == 1 and b.usage.retries == 0
+    asked = [r["body"].get("logprobs") for r in server.requests]
+    assert asked == [True, None, None]  # refused, sent again without, then never asked
+    assert server.requests[0]["fault"] == "ok"
+
+
+def test_other_client_errors_still_fail(server):
+    server.script("400")  # "injected 400": does not name logprobs
+    with client(server, top_logprobs=5) as b, pytest.raises(BackendError, match="status 400"):
+        b.choose(QUESTION, ["Yes", "No"])
+    assert b.usage.logprob_refusals == 0 and len(server.requests) == 1
+
+
+def test_reasoning_blocks_are_stripped_before_parsing(server):
+    server.script("say:<think>It could be No... but Paris is the capital.</think>\n\nYes",
+                  "say:<think>No, no, no</think>Yes.", "say:<think>No idea, still thinking")
+    with client(server, top_logprobs=0) as b:
+        c = b.choose(QUESTION, ["Yes", "No"], default="No")
+        g = b.generate([QUESTION], MAX_NEW)[0]
+        open_block = b.choose(QUESTION, ["Yes", "No"], default="No")
+    assert c.option == "Yes" and c.parsed and c.text == "Yes"
+    assert g.text == "Yes."
+    # an unfinished block leaves no answer: the default, recorded as unparsed
+    assert open_block.option == "No" and not open_block.parsed and open_block.reason == "empty output"
+
+
+def test_max_completion_tokens_and_extra_body_reach_the_server(server, expected):
+    extra = {"chat_template_kwargs": {"enable_thinking": False}, "seed": 3}
+    with client(server, max_tokens_field="max_completion_tokens", extra_body=extra) as b:
+        g = b.generate([QUESTION], MAX_NEW)[0]
+    body = server.requests[0]["body"]
+    assert body["max_completion_tokens"] == MAX_NEW and "max_tokens" not in body
+    assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["seed"] == 3
+    assert g.text == expected.text
+    with pytest.raises(ConfigError, match="max_tokens_field"):
+        OpenAIBackend(server.url, "m", max_tokens_field="tokens")
+    with pytest.raises(ConfigError, match="extra_body must be a JSON object"):
+        OpenAIBackend(server.url, "m", extra_body=["seed"])

@@ -7,6 +7,7 @@ import argparse
 import os
 
 from chunksel.cli.common import add_common, add_ray_options
+from chunksel.llm.cli_options import add_llm_arguments
 from chunksel.settings import Settings
 
 COMMANDS = ("label",)
@@ -26,22 +27,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--index", choices=["flat", "ivfpq"], default="flat")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=8, help="pairs per backend call (default 8)")
+    add_llm_arguments(p)
     add_ray_options(p)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from chunksel.errors import ConfigError
-    from chunksel.llm.backends import get_backend
+    from chunksel.llm.cli_options import backend_from_args, backend_settings
 
     progress = not settings.quiet
-    if args.judge == "local":
-        backend = get_backend("local", model_path=args.model, batch_size=args.batch_size)
-    elif args.judge.startswith(("http://", "https://")):
-        if not args.model:
-            raise ConfigError("--judge URL needs --model NAME (the server's model name)")
-        backend = get_backend("openai", base_url=args.judge, model=args.model)
-    else:
-        raise ConfigError(f"--judge must be 'local' or an http(s):// base URL, got {args.judge!r}")
+    spec = backend_settings(args, args.judge, args.model, flag="--judge", model_flag="--model")
+    backend = backend_from_args(args, args.judge, args.model, flag="--judge", model_flag="--model",
+                                batch_size=args.batch_size)
     from chunksel.build import build_instances
     from chunksel.labels.judge import label_instances, write_sidecar
 
@@ -60,7 +56,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         from chunksel.bulk.jobs import judge_instances
 
         judge = ("local", {"model_path": args.model}) if args.judge == "local" else (
-            "openai", {"base_url": args.judge, "model": args.model})
+            "openai", {"base_url": args.judge, "model": args.model, **spec["options"]})
         res, rep = judge_instances(built.instances, *judge, workers=args.workers, address=args.ray_address,
                                    batch_size=args.batch_size, progress=progress)
         print(f"{args.dataset}: Ray job {rep.folder.name}: {rep.computed} shard(s) judged, "

@@ -8,6 +8,7 @@ import json
 import sys
 
 from chunksel.cli.common import add_common
+from chunksel.llm.cli_options import add_llm_arguments
 from chunksel.settings import Settings
 
 COMMANDS = ("select",)
@@ -22,6 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--llm", default="local", metavar="local|URL",
                    help="with --selector: local (SmolLM2 unless --llm-model) or an OpenAI-compatible base URL")
     p.add_argument("--llm-model", default=None, help="with --selector: local model path, or the server's model name")
+    add_llm_arguments(p)
     p.add_argument("--question", required=True)
     p.add_argument("--chunk", action="append", default=[], help="a candidate chunk text (repeatable)")
     p.add_argument("--chunks-file", default=None, help="a UTF-8 text file with one chunk per line")
@@ -78,18 +80,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def llm_select(args: argparse.Namespace, chunks: list[str]) -> dict:
     """``select --selector rankgpt|utility``: one question and its chunks through an LLM selector."""
-    from chunksel.errors import ConfigError
+    from chunksel.llm.cli_options import backend_settings
     from chunksel.selectors import make_selector
     from chunksel.types import Candidate, Instance, Question
 
-    if args.llm == "local":
-        settings = {"backend": "local", "model": args.llm_model}
-    elif args.llm.startswith(("http://", "https://")):
-        if not args.llm_model:
-            raise ConfigError("--llm URL needs --llm-model NAME (the server's model name)")
-        settings = {"backend": "openai", "base_url": args.llm, "model": args.llm_model}
-    else:
-        raise ConfigError(f"--llm must be 'local' or an http(s):// base URL, got {args.llm!r}")
+    settings = backend_settings(args, args.llm, args.llm_model)
+    settings["backend_options"] = settings.pop("options", None)
     sel = make_selector(args.selector, progress=False, **settings)
     inst = Instance(Question(id="cli", text=args.question),
                     [Candidate(id=f"chunk{j}", text=t, rank=j) for j, t in enumerate(chunks)])
@@ -101,4 +97,5 @@ def llm_select(args: argparse.Namespace, chunks: list[str]) -> dict:
             "chunks": [chunks[i] for i in picked.indices],
             "order": run.order if args.selector == "rankgpt" else None,
             "pseudo_answers": run.answers, "calls": run.calls, "prompt_tokens": run.prompt_tokens,
-            "llm_seconds": round(run.seconds, 3), "repairs": run.repairs.to_dict(), "read": run.read}
+            "llm_seconds": round(run.seconds, 3), "repairs": run.repairs.to_dict(), "read": run.read,
+            "fallback": run.fallback}

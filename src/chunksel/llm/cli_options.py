@@ -1,7 +1,7 @@
 """The command line's LLM backend options, defined once for every command that takes an LLM.
 
-:func:`add_llm_arguments` adds ``--llm-concurrency``, ``--llm-timeout``, ``--llm-extra JSON``
-and ``--llm-token-field`` to a parser; :func:`backend_options` reads them back as
+:func:`add_llm_arguments` adds ``--llm-concurrency``, ``--llm-timeout``, ``--llm-retries``,
+``--llm-extra JSON`` and ``--llm-token-field`` to a parser; :func:`backend_options` reads them back as
 :class:`~chunksel.llm.openai_http.OpenAIBackend` arguments; :func:`backend_from_args` builds
 the backend a command's target names (``local`` or an ``http(s)://`` base URL). The
 options set an HTTP server's client; with ``local`` they are refused with a one-line
@@ -17,7 +17,7 @@ from typing import Any
 from chunksel.errors import ConfigError
 
 #: the attribute names :func:`add_llm_arguments` sets, and the flag each comes from
-FLAGS = {"llm_concurrency": "--llm-concurrency", "llm_timeout": "--llm-timeout",
+FLAGS = {"llm_concurrency": "--llm-concurrency", "llm_timeout": "--llm-timeout", "llm_retries": "--llm-retries",
          "llm_extra": "--llm-extra", "llm_token_field": "--llm-token-field"}
 
 
@@ -28,6 +28,8 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
                    help="requests in flight at once; questions are sent concurrently up to it (default 4)")
     g.add_argument("--llm-timeout", type=float, default=None, metavar="S",
                    help="seconds per request before it is retried (default 60)")
+    g.add_argument("--llm-retries", type=int, default=None, metavar="N",
+                   help="retries of a failed request before the question falls back to retrieval order (default 5)")
     g.add_argument("--llm-extra", default=None, metavar="JSON",
                    help='more JSON fields for every request, e.g. \'{"chat_template_kwargs": '
                         '{"enable_thinking": false}}\' or \'{"seed": 0}\'')
@@ -54,6 +56,11 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any]:
         if not timeout > 0:
             raise ConfigError(f"--llm-timeout must be > 0 seconds, got {timeout}")
         out["timeout"] = timeout
+    retries = getattr(args, "llm_retries", None)
+    if retries is not None:
+        if retries < 0:
+            raise ConfigError(f"--llm-retries must be >= 0, got {retries}")
+        out["max_retries"] = retries
     raw = getattr(args, "llm_extra", None)
     if raw is not None:
         try:

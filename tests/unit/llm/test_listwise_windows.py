@@ -171,6 +171,7 @@ def test_cli_options_build_the_http_backend():
     (["--llm-extra", "[1]"], "http://h/v1", "m", "must be a JSON object"),
     (["--llm-concurrency", "0"], "http://h/v1", "m", "--llm-concurrency must be >= 1"),
     (["--llm-timeout", "0"], "http://h/v1", "m", "--llm-timeout must be > 0"),
+    (["--llm-retries", "-1"], "http://h/v1", "m", "--llm-retries must be >= 0"),
     (["--llm-timeout", "5"], "local", None, "--llm-timeout set"),
     ([], "http://h/v1", None, "needs --llm-model"),
     ([], "ftp://h", "m", "must be 'local' or an http"),
@@ -180,3 +181,21 @@ def test_cli_options_refuse_bad_values(argv, target, model, match):
 
     with pytest.raises(ConfigError, match=match):
         backend_settings(_parse(*argv), target, model)
+
+
+def test_cli_select_fails_open_when_the_server_is_down(capsys):
+    pytest.importorskip("httpx")
+    import json
+
+    from chunksel.cli import main
+
+    argv = ["select", "--selector", "rankgpt", "--llm", "http://127.0.0.1:9/v1", "--llm-model", "m",
+            "--llm-retries", "0", "--llm-timeout", "2", "--llm-concurrency", "2", "--llm-extra", '{"seed": 0}',
+            "--question", "capital of France?", "--chunk", "Berlin is in Germany.", "--chunk", "Paris is in France.",
+            "--top", "2"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["indices"] == [0, 1] and "connection error" in out["fallback"]
+    assert main(["select", "--selector", "rankgpt", "--llm", "local", "--llm-extra", "{}",
+                 "--question", "q?", "--chunk", "a"]) == 2
+    assert "--llm-extra set(s) an HTTP server's client" in capsys.readouterr().err

@@ -42,3 +42,15 @@ def require(module: str, extra: str):
         raise MissingExtraError(
             f"{module!r} is not installed: pip install 'chunksel[{extra}]'"
         ) from err
+
+
+class DeadlineExceeded(ChunkselError, TimeoutError):
+    """A request's deadline passed before one of its stages (encode, warm-up, score)
+    started; the message names the stage. The work of that stage was not done."""
+
+    def __init__(self, message: str, stage: str = "") -> None:
+        super().__init__(message)
+        self.stage = stage
+
+    def __reduce__(self):  # picklable across worker processes with its stage
+        return (type(self), (str(self), self.stage))

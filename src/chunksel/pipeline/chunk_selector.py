@@ -49,8 +49,19 @@ from typing import Any
 import numpy as np
 
 from chunksel.errors import ConfigError, DataError, UnscoredChunksWarning
+from chunksel.pipeline.select_inputs import (
+    as_list,
+    build_instances,
+    check_chunks,
+    check_deadline,
+    check_question_embeddings,
+    check_questions,
+    fill_embeddings,
+    make_cache,
+    trained_dim,
+    unit,
+)
 from chunksel.selectors.provenance import selector_inputs
-from chunksel.types import Candidate, Instance, Question
 
 #: inputs that need the retriever encoder when the caller does not supply them
 _ENCODER_INPUTS = frozenset({"chunk_embedding", "question_embedding", "retrieval_score"})
@@ -130,8 +141,7 @@ def _json_score(s: float | None) -> float | None:
     return float(s) if s is not None and np.isfinite(s) else None
 
 
-def _unit(v: np.ndarray) -> np.ndarray:
-    return (v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)).astype(np.float32)
+_unit = unit
 
 
 def max_chunks(selector: Any) -> int | None:
@@ -156,6 +166,10 @@ class ChunkSelector:
         corpus: the user's own corpus (a name, a passage TSV or JSONL file) for the BM25
             statistics, instead of those saved with the selector.
         path: the folder the selector was loaded from (where its corpus statistics are).
+        embedding_cache: the chunk-embedding cache of the raw-text path
+            (:class:`~chunksel.retrieval.chunk_cache.EmbeddingCache`): ``True`` = a
+            memory-only one (20,000 chunks), a path = one backed by that SQLite file,
+            ``False``/``None`` = none, or a cache object (shared between selectors).
 
     Raises:
         DataError: the encoder differs from the one the selector was trained with.
@@ -169,6 +183,7 @@ class ChunkSelector:
         generator: str | tuple[Any, Any, str] | None = None,
         corpus: str | Path | None = None,
         path: str | Path | None = None,
+        embedding_cache: Any = True,
     ) -> None:
         if not selector.is_fitted():
             raise ConfigError(f"selector {selector.name!r} is not fitted: train it, save it, and load the save")
@@ -184,6 +199,9 @@ class ChunkSelector:
         #: whether scores depend on the chunks' text (else embeddings alone suffice)
         self.reads_text = "chunk_embedding" not in self.inputs or "corpus_stats" in self.inputs
         self._encoder = encoder
+        self.embedding_cache = make_cache(embedding_cache)
+        #: the embedding dimension the selector was trained on (0: unknown)
+        self.embedding_dim = trained_dim(selector, self.provenance)
         self._generator_path: str | None = None
         self._generator: tuple[Any, Any, str] | None = None
         if isinstance(generator, tuple):
@@ -219,6 +237,7 @@ class ChunkSelector:
         generator: str | tuple[Any, Any, str] | None = None,
         quantize: str | None = None,
         engine: str | None = None,
+        embedding_cache: Any = True,
     ) -> ChunkSelector:
         """Load any saved selector (checksums verified) and check its provenance.
 
@@ -237,7 +256,8 @@ class ChunkSelector:
             sel = cls_.load(path, quantize=quantize, engine=engine)
         else:
             sel = cls_.load(path)
-        out = cls(sel, encoder=encoder, generator=generator, corpus=corpus, path=path)
+        out = cls(sel, encoder=encoder, generator=generator, corpus=corpus, path=path,
+                  embedding_cache=embedding_cache)
         if encoder is None and out.inputs & _ENCODER_INPUTS and out.provenance.get("encoder_id"):
             out._check_encoder(out.encoder)
         return out
@@ -318,12 +338,19 @@ class ChunkSelector:
         chunk_scores: Sequence[float] | None = None,
         features: dict[str, np.ndarray] | None = None,
         titles: Sequence[str] | None = None,
+        deadline: float | None = None,
     ) -> ChunkSelection:
         """Choose the top ``k`` chunks for ``question``.
 
+        The fast path, and the one to use when a retriever produced the chunks: pass what
+        it already computed, ``question_embedding``, ``chunk_embeddings`` and
+        ``chunk_scores`` (from the encoder the selector was trained with), and nothing is
+        encoded here. From raw text alone the chunks go through the encoder, via the
+        chunk-embedding cache (a chunk seen before is not encoded again).
+
         Args:
             question: the question text (non-empty).
-            chunks: candidate chunk texts, best retrieved first (optional when
+            chunks: candidate chunk texts (a list), best retrieved first (optional when
                 ``chunk_embeddings`` is given and the selector reads no text).
             k: how many chunks to return (at most the number of scored chunks).
             chunk_embeddings: (n, d) retriever embeddings of the chunks (L2-normalised
@@ -334,11 +361,15 @@ class ChunkSelector:
             features: ``{"h": (d_h,), "r": (d_r,)}`` from the caller's warm-up pass;
                 computed with the generator when the selector needs them.
             titles: the chunks' titles (default empty).
+            deadline: an absolute ``time.monotonic()`` time; checked before each stage
+                (encode, warm-up, score).
 
         Raises:
             ConfigError: ``k`` < 1.
-            DataError: an empty question, no chunks, inputs of the wrong shape, or NaN
-                scores (a corrupt model or non-finite features).
+            DataError: an empty question, no chunks, chunks given as one string, inputs
+                of the wrong shape (the message names the argument and both shapes;
+                ``err.field`` names it), or NaN scores.
+            DeadlineExceeded: ``deadline`` passed before a stage (named) started.
         """
         return self.select_batch(
             [question], [chunks] if chunks is not None else None, k,
@@ -347,6 +378,7 @@ class ChunkSelector:
             chunk_scores=None if chunk_scores is None else [chunk_scores],
             features=None if features is None else [features],
             titles=None if titles is None else [titles],
+            deadline=deadline,
             _stacklevel=3,
         )[0]
 
@@ -361,6 +393,7 @@ class ChunkSelector:
         chunk_scores: Sequence[Sequence[float] | None] | None = None,
         features: Sequence[dict[str, np.ndarray] | None] | None = None,
         titles: Sequence[Sequence[str] | None] | None = None,
+        deadline: float | None = None,
         _stacklevel: int = 2,
     ) -> list[ChunkSelection]:
         """:meth:`select` for several questions at once (one list entry per question for
@@ -368,91 +401,37 @@ class ChunkSelector:
         t0 = time.perf_counter()
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ConfigError(f"k must be >= 1, got {k}")
-        questions = list(questions)
+        questions = check_questions(questions)
         b = len(questions)
         if b == 0:
             return []
-
-        def per(arg, what):
-            if arg is None:
-                return [None] * b
-            arg = list(arg)
-            if len(arg) != b:
-                raise DataError(f"{what}: {len(arg)} entries for {b} questions")
-            return arg
-
-        chunks_l, emb_l, qemb_l = per(chunks, "chunks"), per(chunk_embeddings, "chunk_embeddings"), per(question_embeddings, "question_embeddings")
-        scores_l, feat_l, title_l = per(chunk_scores, "chunk_scores"), per(features, "features"), per(titles, "titles")
-        for i, q in enumerate(questions):
-            if not isinstance(q, str) or not q.strip():
-                raise DataError("empty question" + (f" (#{i})" if b > 1 else ""))
-
-        # chunk texts, counts and the caller's arrays, checked
-        texts: list[list[str]] = []
-        for i in range(b):
-            emb = emb_l[i]
-            if emb is not None:
-                emb = np.asarray(emb, dtype=np.float32)
-                if emb.ndim != 2 or emb.shape[0] == 0:
-                    raise DataError(f"chunk_embeddings must be a non-empty (n, d) array, got shape {emb.shape}")
-                if not np.isfinite(emb).all():
-                    raise DataError("chunk_embeddings contain NaN or infinite values")
-                emb_l[i] = _unit(emb)
-            ch = chunks_l[i]
-            if ch is None:
-                if emb is None:
-                    raise DataError("no candidate chunks given")
-                if self.reads_text:
-                    raise DataError(f"the {self.name} selector reads the chunks' text: pass chunks")
-                ch = [f"chunk {j}" for j in range(emb.shape[0])]
-            ch = list(ch)
-            if not ch:
-                raise DataError("no candidate chunks given")
-            if not all(isinstance(t, str) for t in ch):
-                raise DataError("every chunk must be a string")
-            if emb is not None and emb.shape[0] != len(ch):
-                raise DataError(f"{len(ch)} chunks but {emb.shape[0]} embeddings")
-            for name, arr in (("chunk_scores", scores_l[i]), ("titles", title_l[i])):
-                if arr is not None and len(arr) != len(ch):
-                    raise DataError(f"{len(ch)} chunks but {len(arr)} {name}")
-            texts.append(ch)
+        chunks_l, emb_l = as_list(chunks, b, "chunks"), as_list(chunk_embeddings, b, "chunk_embeddings")
+        qemb_l, scores_l = as_list(question_embeddings, b, "question_embeddings"), as_list(chunk_scores, b, "chunk_scores")
+        feat_l, title_l = as_list(features, b, "features"), as_list(titles, b, "titles")
+        texts = check_chunks(chunks_l, emb_l, scores_l, title_l, self.reads_text, self.name, self.embedding_dim)
+        check_question_embeddings(qemb_l, emb_l, self.embedding_dim)
         n_scored = [min(len(t), self.k_max) if self.k_max else len(t) for t in texts]
 
         timings = {"encode": 0.0, "warmup": 0.0, "score": 0.0}
-        need_q = bool(self.inputs & {"question_embedding", "retrieval_score"})
-        need_e = bool(self.inputs & {"chunk_embedding", "retrieval_score"})
-        if need_e or need_q:
+        if self.inputs & _ENCODER_INPUTS:
+            check_deadline(deadline, "encode")
             t = time.perf_counter()
-            self._fill_embeddings(questions, texts, title_l, n_scored, emb_l, qemb_l, need_q, need_e,
-                                  skip_scores=[s is not None for s in scores_l])
+            fill_embeddings(self.encoder, self.embedding_cache, self.inputs, questions, texts, title_l, n_scored,
+                            emb_l, qemb_l, skip_scores=[s is not None for s in scores_l])
+            check_question_embeddings(qemb_l, emb_l, None)
             timings["encode"] = (time.perf_counter() - t) * 1e3
 
         warm_ups: list[Any] = [None] * b
         feats = None
         if "warmup" in self.inputs:
+            check_deadline(deadline, "warmup")
             t = time.perf_counter()
             feats, warm_ups = self._warm_features(questions, feat_l)
             timings["warmup"] = (time.perf_counter() - t) * 1e3
 
-        batch = []
-        for i in range(b):
-            qv = qemb_l[i]
-            q = Question(id=f"q{i}", text=questions[i].strip(), dataset="user",
-                         embedding=None if qv is None else np.asarray(qv, dtype=np.float32))
-            cands = []
-            for j in range(n_scored[i]):
-                e = None if emb_l[i] is None else emb_l[i][j]
-                if scores_l[i] is not None:
-                    s = float(scores_l[i][j])
-                    if not np.isfinite(s):
-                        raise DataError(f"chunk_scores[{j}] is not a finite number")
-                elif "retrieval_score" in self.inputs and e is not None and qv is not None:
-                    s = float(np.dot(qv, e))
-                else:
-                    s = float("nan")
-                cands.append(Candidate(id=str(j), text=texts[i][j], rank=j, score=s, embedding=e,
-                                       title=str(title_l[i][j]) if title_l[i] is not None else ""))
-            batch.append(Instance(question=q, candidates=cands))
+        batch = build_instances(questions, texts, n_scored, emb_l, qemb_l, scores_l, title_l,
+                                "retrieval_score" in self.inputs)
+        check_deadline(deadline, "score")
         t = time.perf_counter()
         if "corpus_stats" in self.inputs:
             from chunksel.selectors.letor import MEMO_ENABLED
@@ -493,38 +472,6 @@ class ChunkSelector:
                 warm_up=warm_ups[i],
             ))
         return out
-
-    def _fill_embeddings(self, questions, texts, titles, n_scored, emb_l, qemb_l, need_q, need_e,
-                         skip_scores) -> None:
-        """Encode, in one call, what the caller did not give: the chunks' and the questions'
-        embeddings (a question's only when the selector reads it or a retrieval score)."""
-        todo_e = [i for i in range(len(texts)) if need_e and emb_l[i] is None and (
-            "chunk_embedding" in self.inputs or not skip_scores[i])]
-        todo_q = [i for i in range(len(texts)) if qemb_l[i] is None and (
-            "question_embedding" in self.inputs or ("retrieval_score" in self.inputs and not skip_scores[i]))]
-        flat = []
-        for i in todo_e:
-            ts = titles[i]
-            flat += [((ts[j] + " " if ts is not None and ts[j] else "") + texts[i][j]).strip()
-                     for j in range(n_scored[i])]
-        flat += [questions[i] for i in todo_q]
-        if flat:
-            vecs = self.encoder.encode(flat, progress=False)
-            at = 0
-            for i in todo_e:
-                full = np.zeros((len(texts[i]), vecs.shape[1]), dtype=np.float32)
-                full[: n_scored[i]] = vecs[at: at + n_scored[i]]
-                emb_l[i] = full
-                at += n_scored[i]
-            for i in todo_q:
-                qemb_l[i] = vecs[at]
-                at += 1
-        for i in range(len(texts)):
-            if qemb_l[i] is not None:
-                qv = np.asarray(qemb_l[i], dtype=np.float32).reshape(-1)
-                if not np.isfinite(qv).all():
-                    raise DataError("question_embedding contains NaN or infinite values")
-                qemb_l[i] = _unit(qv)
 
     def _warm_features(self, questions, given) -> tuple[Any, list[Any]]:
         """The warm-up features of every question (the caller's where given): one question
@@ -605,3 +552,4 @@ class ChunkSelector:
         sel.timings["generate"] = (time.perf_counter() - t) * 1e3
         sel.warm_up = None  # its cache was cropped in place by generation
         return gen.text, sel
+

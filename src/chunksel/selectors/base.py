@@ -40,7 +40,7 @@ import numpy as np
 from chunksel.config import json_default
 from chunksel.errors import ConfigError, DataError, MissingExtraError, NotFittedError
 from chunksel.selectors.checkpoint import state_checksums, verify_checksums
-from chunksel.selectors.params import coerce_params
+from chunksel.selectors.params import check_ranges, coerce_params
 from chunksel.selectors.provenance import record_provenance, selector_inputs
 from chunksel.types import Instance, Selection, candidate_mask
 
@@ -79,6 +79,9 @@ class Selector(ABC):
         fit = cls.__dict__.get("fit")
         if fit is not None and not getattr(fit, "_records_provenance", False):
             cls.fit = _recording_fit(fit)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "_checks_ranges", False):
+            cls.__init__ = _range_checked_init(init)
 
     # ----------------------------------------------------------------- settings
     @classmethod
@@ -249,6 +252,21 @@ class Selector(ABC):
 
     def _load_state(self, path: Path, state: dict[str, Any]) -> None:
         """Read what :meth:`_save_state` and :meth:`_state_config` wrote (override)."""
+
+
+def _range_checked_init(init: Any) -> Any:
+    """Wrap a constructor so that its numeric settings are range-checked once it has
+    stored them (:func:`chunksel.selectors.params.check_ranges`)."""
+
+    @functools.wraps(init)
+    def wrapped(self: Selector, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if type(self).__init__ is wrapped:  # the outermost constructor: every setting is stored
+            check_ranges(self.name or type(self).__name__,
+                         {n: getattr(self, n, None) for n in self._param_names()})
+
+    wrapped._checks_ranges = True  # type: ignore[attr-defined]
+    return wrapped
 
 
 def _recording_fit(fit):

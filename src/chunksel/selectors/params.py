@@ -11,6 +11,11 @@ A setting's type comes from the constructor's annotation (``int``, ``float | Non
   coerced to the setting's kind (``5`` for an ``int``, ``false`` for a ``bool``, ``0``
   kept as the text ``"0"`` for a ``str``).
 
+:func:`check_ranges` then checks each numeric setting's range (:data:`RANGES`, by setting
+name, with per-selector overrides in :data:`SELECTOR_RANGES`); every selector runs it at
+construction (``Selector.__init_subclass__``), so ``max_epochs=-5`` or ``lr=nan`` fails
+before any data loads or any training starts.
+
 This module never imports torch.
 """
 
@@ -19,9 +24,11 @@ from __future__ import annotations
 import difflib
 import inspect
 import json
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from chunksel.errors import ChunkselError, ConfigError
@@ -172,3 +179,77 @@ def coerce_params(
             raise error(f"{source}: parameter {key!r} of selector {name!r} expects {want}, got {value!r}")
         out[key] = got
     return out
+
+
+@dataclass(frozen=True)
+class Range:
+    """An allowed interval of a numeric setting (``None`` = unbounded; ``integer``: a
+    whole number is required)."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    integer: bool = False
+
+    def describe(self) -> str:
+        kind = "a whole number" if self.integer else "a finite number"
+        if self.lo is not None and self.hi is not None:
+            return f"{kind} in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+        if self.lo is not None:
+            return f"{kind} {'>' if self.lo_open else '>='} {self.lo:g}"
+        if self.hi is not None:
+            return f"{kind} {'<' if self.hi_open else '<='} {self.hi:g}"
+        return kind
+
+    def ok(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if not math.isfinite(value) or (self.integer and not float(value).is_integer()):
+            return False
+        if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
+            return False
+        return not (self.hi is not None and (value >= self.hi if self.hi_open else value > self.hi))
+
+
+_COUNT = Range(1, integer=True)
+_ZERO_OR_MORE = Range(0, integer=True)
+_POSITIVE = Range(0, lo_open=True)
+_NON_NEGATIVE = Range(0)
+_UNIT = Range(0, 1)
+
+#: ranges by setting name, shared by every selector that takes the setting
+RANGES: dict[str, Range] = {
+    **{n: _COUNT for n in (
+        "k", "select_k", "batch_size", "max_epochs", "patience", "hidden", "depth", "phi_hidden", "phi_depth",
+        "members", "n_estimators", "min_child_samples", "early_stopping_rounds", "max_iter", "max_query_len",
+        "max_doc_len", "embedding_dim", "n_kernels", "n_bins", "n_filters", "update_epochs", "value_hidden",
+        "max_questions", "max_new_tokens", "window", "step", "read", "max_passage_words")},
+    **{n: _ZERO_OR_MORE for n in ("seed", "warmup_epochs", "ppo_epochs", "carry")},
+    **{n: _POSITIVE for n in ("lr", "learning_rate", "warmup_lr", "value_lr", "tau", "C")},
+    **{n: _NON_NEGATIVE for n in ("weight_decay", "k1", "entropy_coef", "value_coef")},
+    **{n: _UNIT for n in ("b", "gamma", "gae_lambda", "alpha")},
+    "dropout": Range(0, 1, hi_open=True),
+    "num_leaves": Range(2, integer=True),
+    "ltr_folds": Range(2, integer=True),
+    "budget": Range(0, 100, lo_open=True),
+    "clip_eps": Range(0, 1, lo_open=True, hi_open=True),
+    "curriculum_start": Range(0, 1, lo_open=True),
+    "curriculum_ramp": Range(0, 1, lo_open=True),
+}
+#: per-selector overrides of :data:`RANGES`
+SELECTOR_RANGES: dict[str, dict[str, Range]] = {}
+
+
+def check_ranges(name: str, values: Mapping[str, Any], error: type[ChunkselError] = ConfigError) -> None:
+    """Check the numeric settings in ``values`` (``None`` = the selector's default).
+
+    Raises:
+        ``error``: the first setting out of its range, naming it, the range and the value.
+    """
+    ranges = {**RANGES, **SELECTOR_RANGES.get(name, {})}
+    for key, value in values.items():
+        rng = ranges.get(key)
+        if rng is None or value is None or rng.ok(value):
+            continue
+        raise error(f"parameter {key!r} of selector {name!r} must be {rng.describe()}, got {value!r}")

@@ -107,7 +107,8 @@ def trained(tmp_path_factory, tiny_generator):
 def _load(path, tiny_generator, **kw):
     from chunksel import ChunkSelector
 
-    return ChunkSelector.load(path, encoder=FakeEncoder(), generator=tiny_generator, **kw)
+    kw.setdefault("encoder", FakeEncoder())
+    return ChunkSelector.load(path, generator=tiny_generator, **kw)
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
@@ -228,6 +229,73 @@ def test_bad_inputs(trained, tiny_generator):
         cs.select(QUESTION, CHUNKS, chunk_embeddings=np.ones((3, 8)))
     with pytest.raises(DataError, match="reads the chunks' text"):
         cs.select(QUESTION, chunk_embeddings=np.ones((3, 8)))
+
+
+def test_wrong_dimensions_and_a_string_of_chunks_name_the_argument(trained, tiny_generator):
+    cs = _load(trained["anchored"][1], tiny_generator)
+    with pytest.raises(DataError, match=r"chunk_embeddings has shape \(4, 5\), but the anchored selector reads "
+                       r"8-dimensional embeddings: expected \(4, 8\)") as err:
+        cs.select(QUESTION, CHUNKS, chunk_embeddings=np.ones((4, 5)))
+    assert err.value.field == "chunk_embeddings"
+    with pytest.raises(DataError, match=r"question_embedding has shape \(5,\).*expected \(8,\)") as err:
+        cs.select(QUESTION, CHUNKS, chunk_embeddings=np.ones((4, 8)), question_embedding=np.ones(5))
+    assert err.value.field == "question_embedding"
+    with pytest.raises(DataError, match=r"question_embedding must have shape \(d,\), got \(2, 8\)"):
+        cs.select(QUESTION, CHUNKS, question_embedding=np.ones((2, 8)))
+    with pytest.raises(DataError, match="chunks must be a list of strings, got one string") as err:
+        cs.select(QUESTION, "a string")
+    assert err.value.field == "chunks"
+    with pytest.raises(DataError, match="questions must be a list"):
+        cs.select_batch("a question", [CHUNKS])
+    with pytest.raises(DataError, match=r"chunk_scores\[1\] is not a finite number"):
+        cs.select(QUESTION, CHUNKS, chunk_scores=[0.1, float("nan"), 0.2, 0.3])
+
+
+def test_embeddings_given_encode_nothing_and_raw_chunks_go_through_the_cache(trained, tiny_generator):
+    from chunksel.retrieval.chunk_cache import EmbeddingCache
+
+    enc = FakeEncoder()
+    cs = _load(trained["anchored"][1], tiny_generator, encoder=enc)
+    cache = cs.embedding_cache
+    assert isinstance(cache, EmbeddingCache)
+    first = cs.select(QUESTION, CHUNKS, k=2)
+    assert enc.n_encoded == len(CHUNKS) + 1
+    again = cs.select("another question about golf", CHUNKS, k=2)
+    assert enc.n_encoded == len(CHUNKS) + 2  # warm cache: the question alone
+    assert cache.hits == len(CHUNKS)
+    given = cs.select(QUESTION, CHUNKS, k=2, chunk_embeddings=enc.encode(CHUNKS),
+                      question_embedding=enc.encode([QUESTION])[0])
+    assert enc.n_encoded == len(CHUNKS) * 2 + 3  # the two encode calls above, nothing in select
+    np.testing.assert_allclose(given.all_scores, first.all_scores, rtol=1e-5, atol=1e-6)
+    assert again.selected
+    uncached = _load(trained["anchored"][1], tiny_generator, encoder=FakeEncoder(), embedding_cache=False)
+    np.testing.assert_allclose(uncached.select(QUESTION, CHUNKS, k=2).all_scores, first.all_scores,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_deadline_is_checked_before_each_stage(trained, tiny_generator):
+    import time
+
+    from chunksel.errors import DeadlineExceeded
+
+    enc = FakeEncoder()
+    cs = _load(trained["anchored"][1], tiny_generator, encoder=enc)
+    with pytest.raises(DeadlineExceeded, match="before the encode stage") as err:
+        cs.select(QUESTION, CHUNKS, deadline=time.monotonic() - 0.001)
+    assert err.value.stage == "encode" and enc.n_encoded == 0
+
+    class SlowEncoder(FakeEncoder):
+        def encode(self, texts, progress=False):
+            time.sleep(0.3)
+            return super().encode(texts, progress)
+
+    slow = _load(trained["anchored"][1], tiny_generator, encoder=SlowEncoder())
+    with pytest.raises(DeadlineExceeded, match="before the warmup stage"):
+        slow.select(QUESTION, CHUNKS, deadline=time.monotonic() + 0.1)
+    bm25 = _load(trained["bm25"][1], tiny_generator)
+    with pytest.raises(DeadlineExceeded, match="before the score stage"):
+        bm25.select(QUESTION, CHUNKS, deadline=time.monotonic() - 0.001)
+    assert bm25.select(QUESTION, CHUNKS, deadline=time.monotonic() + 60).selected
 
 
 def test_import_chunksel_stays_light():

@@ -116,6 +116,7 @@ def test_valid_requests(url, cs):
     assert r.status_code == 200, r.text
     assert isinstance(r.json()["answer"], str) and r.json()["selection"]["indices"]
     h = httpx.get(url + "/health", headers={"X-API-Key": KEY}).json()
+    assert not any(str(v).startswith("/") for v in _leaves(h["selector"]))  # no absolute paths
     assert h["status"] == "ok" and h["selector"]["name"] == "lambdamart" and h["selector"]["corpus"].startswith("bundled:")
     m = httpx.get(url + "/metrics", headers={"X-API-Key": KEY}).json()
     assert m["requests"]["/select"]["200"] >= 1 and {"score", "request", "generate"} <= set(m["latency_ms"])
@@ -133,6 +134,7 @@ def test_valid_requests(url, cs):
     ({"question": "q", "chunks": [f"c{i}" for i in range(9)]}, 413, "limit_exceeded", "max_chunks"),
     ({"question": "q", "chunks": ["x" * 201]}, 413, "limit_exceeded", "max_chunk_chars"),
     ({"question": "q" * 5000, "chunks": ["a"]}, 413, "limit_exceeded", "max_request_bytes"),
+    (b"[" * 1500 + b"]" * 1500, 422, "invalid_request", "json_depth"),
 ])
 def test_bad_requests_get_a_json_4xx_naming_the_problem(url, body, status, code, limit):
     r = _post(url, "/select", body)
@@ -141,6 +143,23 @@ def test_bad_requests_get_a_json_4xx_naming_the_problem(url, body, status, code,
     assert doc["error"] == code and doc["message"]
     if limit:
         assert doc["limit"] == limit
+
+
+@pytest.mark.parametrize(("body", "field", "message"), [
+    ({"question": "q", "chunks": CHUNKS, "chunk_embeddings": [[0.1] * 5] * len(CHUNKS)},
+     "chunk_embeddings", "expected (4, 8)"),
+    ({"question": "q", "chunks": CHUNKS, "question_embedding": [0.1] * 3}, "question_embedding", "expected (8,)"),
+    ({"question": "q", "chunks": CHUNKS, "question_embedding": [[[0.1] * 8]]}, "question_embedding", "shape (d,)"),
+    ({"question": "q", "chunks": CHUNKS, "chunk_embeddings": [[[[1.0]]] * 2] * 4}, "chunk_embeddings", "(n, d)"),
+    ({"question": "q", "chunks": "one string"}, "chunks", "list of strings"),
+    ({"question": "q", "chunks": ["a"], "titles": "t"}, "titles", "list of strings"),
+    ({"question": "q", "chunks": ["a"], "chunk_embeddings": [[[[[[[[[1]]]]]]]]] * 3}, "chunk_embeddings", ""),
+])
+def test_wrong_shapes_are_a_422_naming_the_field(url, body, field, message):
+    r = _post(url, "/select", body)
+    assert r.status_code == 422, r.text
+    doc = r.json()
+    assert doc["error"] == "invalid_request" and doc["field"] == field and message in doc["message"]
 
 
 def test_api_key(url):
@@ -201,12 +220,8 @@ def test_chunksel_serve_process_starts_on_port_0_and_shuts_down_cleanly(tmp_path
         addr = json.loads(line)
         assert addr["host"] == "127.0.0.1" and addr["port"] > 0
         base = f"http://127.0.0.1:{addr['port']}"
-        for _ in range(100):
-            try:
-                r = httpx.post(base + "/select", json={"question": "q", "chunks": ["a", "b"], "k": 2})
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        # printed once the socket accepts connections: the first request succeeds
+        r = httpx.post(base + "/select", json={"question": "q", "chunks": ["a", "b"], "k": 2})
         assert r.status_code == 200 and r.json()["indices"] == [0, 1]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
@@ -214,6 +229,27 @@ def test_chunksel_serve_process_starts_on_port_0_and_shuts_down_cleanly(tmp_path
         if proc.poll() is None:
             proc.kill()
     assert "Traceback" not in proc.stderr.read()
+
+
+def _leaves(obj):
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from _leaves(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _leaves(v)
+    else:
+        yield obj
+
+
+def test_exposed_without_a_key_warns(capsys):
+    from chunksel.pipeline.server import ServeSettings, warn_if_exposed
+
+    assert warn_if_exposed(ServeSettings(host="0.0.0.0"))
+    assert "without an API key" in capsys.readouterr().err
+    assert not warn_if_exposed(ServeSettings(host="0.0.0.0", api_key="k"))
+    assert not warn_if_exposed(ServeSettings(host="127.0.0.1"))
+    assert not warn_if_exposed(ServeSettings(host="::1"))
 
 
 def test_settings_are_checked():

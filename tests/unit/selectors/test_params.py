@@ -69,3 +69,39 @@ def test_saved_config_with_unknown_or_null_params_is_one_clear_error(tmp_path):
     cfg["params"] = {"seed": 3.0}  # a whole number written as a float still loads
     cfg_path.write_text(json.dumps(cfg))
     assert load_selector(tmp_path / "r").seed == 3
+
+
+@pytest.mark.parametrize(("name", "params", "message"), [
+    ("prototype", {"max_epochs": -5}, r"'max_epochs' of selector 'prototype' must be a whole number >= 1, got -5"),
+    ("prototype", {"lr": float("nan")}, r"'lr' of selector 'prototype' must be a finite number > 0, got nan"),
+    ("prototype", {"batch_size": 0}, r"'batch_size' .* >= 1, got 0"),
+    ("prototype", {"dropout": 2}, r"'dropout' .* in \[0, 1\), got 2"),
+    ("lambdamart", {"n_estimators": 0}, r"'n_estimators' of selector 'lambdamart' .* >= 1, got 0"),
+    ("lambdamart", {"learning_rate": -1}, r"'learning_rate' .* > 0, got -1"),
+    ("lambdamart", {"num_leaves": 1}, r"'num_leaves' .* >= 2"),
+    ("anchored", {"tau": float("inf")}, r"'tau' .* got inf"),
+    ("bm25", {"b": 1.5}, r"'b' of selector 'bm25' must be a finite number in \[0, 1\]"),
+    ("sras", {"gamma": -0.1}, r"'gamma'"),
+    ("duet", {"weight_decay": -1e-3}, r"'weight_decay'"),
+    ("random", {"seed": -1}, r"'seed'"),
+    ("rankgpt", {"window": 0}, r"'window'"),
+])
+def test_out_of_range_settings_fail_at_construction(name, params, message):
+    with pytest.raises(ConfigError, match=message):
+        make_selector(name, **params)
+
+
+def test_out_of_range_text_params_fail_before_any_work():
+    """The --param path: coerced, then the constructor refuses the value."""
+    cls = get_selector_class("prototype")
+    params = coerce_params(cls, {"max_epochs": "-5"}, "--param", text=True)
+    with pytest.raises(ConfigError, match="max_epochs"):
+        cls(**params)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_selector_default_settings_are_in_range(name):
+    from chunksel.selectors.params import check_ranges
+
+    sel = get_selector_class(name)()
+    check_ranges(name, sel.get_params())

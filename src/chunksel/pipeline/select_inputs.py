@@ -1,0 +1,245 @@
+"""The checks and the embedding fill behind :meth:`ChunkSelector.select_batch`.
+
+Every caller-supplied input is checked before any model runs, and each problem is one
+:class:`~chunksel.errors.DataError` whose ``field`` attribute names the argument (the
+server answers it as HTTP 422 with that field): chunks given as one string, wrong
+embedding dimensions (both shapes named), counts that disagree, NaN. The deadline check
+(:func:`check_deadline`) runs before each stage. What the caller did not give is encoded
+in one encoder call, chunk texts through the content-addressed
+:class:`~chunksel.retrieval.chunk_cache.EmbeddingCache`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunksel.errors import ConfigError, DataError, DeadlineExceeded
+from chunksel.retrieval.chunk_cache import EmbeddingCache, cache_key
+from chunksel.types import Candidate, Instance, Question
+
+
+def field_error(field: str, message: str) -> DataError:
+    """A :class:`DataError` that names the request field at fault (``err.field``)."""
+    err = DataError(message)
+    err.field = field  # type: ignore[attr-defined]
+    return err
+
+
+def check_deadline(deadline: float | None, stage: str) -> None:
+    """Raise :class:`DeadlineExceeded` if ``deadline`` (``time.monotonic()`` seconds) has
+    passed before ``stage`` starts."""
+    if deadline is None:
+        return
+    late = time.monotonic() - deadline
+    if late >= 0:
+        raise DeadlineExceeded(f"the deadline passed {late * 1e3:.1f} ms before the {stage} stage", stage=stage)
+
+
+def unit(v: np.ndarray) -> np.ndarray:
+    return (v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)).astype(np.float32)
+
+
+def as_list(arg: Any, b: int, what: str) -> list[Any]:
+    """One entry per question (``None`` -> all ``None``)."""
+    if arg is None:
+        return [None] * b
+    if isinstance(arg, (str, bytes)):
+        raise field_error(what, f"{what} must be a list with one entry per question, got a string")
+    arg = list(arg)
+    if len(arg) != b:
+        raise field_error(what, f"{what}: {len(arg)} entries for {b} questions")
+    return arg
+
+
+def check_questions(questions: Any) -> list[str]:
+    if isinstance(questions, str):
+        raise field_error("questions", "questions must be a list of strings, got one string (use select())")
+    questions = list(questions)
+    for i, q in enumerate(questions):
+        if not isinstance(q, str) or not q.strip():
+            raise field_error("question", "empty question" + (f" (#{i})" if len(questions) > 1 else ""))
+    return questions
+
+
+def check_chunks(chunks_l: list[Any], emb_l: list[Any], scores_l: list[Any], title_l: list[Any],
+                 reads_text: bool, name: str, dim: int | None) -> list[list[str]]:
+    """Check each question's chunks and the caller's arrays (``emb_l`` is normalised in
+    place); returns the chunk texts."""
+    texts: list[list[str]] = []
+    for i in range(len(chunks_l)):
+        emb = emb_l[i]
+        if emb is not None:
+            try:
+                emb = np.asarray(emb, dtype=np.float32)
+            except (TypeError, ValueError):
+                raise field_error("chunk_embeddings", "chunk_embeddings must be an (n, d) array of numbers") from None
+            if emb.ndim != 2 or emb.shape[0] == 0:
+                raise field_error("chunk_embeddings",
+                                  f"chunk_embeddings must be a non-empty (n, d) array, got shape {emb.shape}")
+            if dim and emb.shape[1] != dim:
+                raise field_error("chunk_embeddings", f"chunk_embeddings has shape {emb.shape}, but the {name} "
+                                  f"selector reads {dim}-dimensional embeddings: expected ({emb.shape[0]}, {dim})")
+            if not np.isfinite(emb).all():
+                raise field_error("chunk_embeddings", "chunk_embeddings contain NaN or infinite values")
+            emb_l[i] = unit(emb)
+        ch = chunks_l[i]
+        if isinstance(ch, (str, bytes)):
+            raise field_error("chunks", "chunks must be a list of strings, got one string "
+                              "(wrap a single chunk in a list)")
+        if ch is None:
+            if emb is None:
+                raise field_error("chunks", "no candidate chunks given")
+            if reads_text:
+                raise field_error("chunks", f"the {name} selector reads the chunks' text: pass chunks")
+            ch = [f"chunk {j}" for j in range(emb.shape[0])]
+        ch = list(ch)
+        if not ch:
+            raise field_error("chunks", "no candidate chunks given")
+        if not all(isinstance(t, str) for t in ch):
+            raise field_error("chunks", "every chunk must be a string")
+        if emb is not None and emb.shape[0] != len(ch):
+            raise field_error("chunk_embeddings", f"{len(ch)} chunks but {emb.shape[0]} embeddings in chunk_embeddings")
+        for field, arr in (("chunk_scores", scores_l[i]), ("titles", title_l[i])):
+            if arr is None:
+                continue
+            if isinstance(arr, (str, bytes)) or not hasattr(arr, "__len__"):
+                raise field_error(field, f"{field} must be a list with one entry per chunk")
+            if len(arr) != len(ch):
+                raise field_error(field, f"{len(ch)} chunks but {len(arr)} {field}")
+        if scores_l[i] is not None:
+            try:
+                s = np.asarray(scores_l[i], dtype=np.float64)
+            except (TypeError, ValueError):
+                raise field_error("chunk_scores", "chunk_scores must be numbers") from None
+            if s.ndim != 1:
+                raise field_error("chunk_scores", f"chunk_scores must be a flat list, got shape {s.shape}")
+            bad = np.flatnonzero(~np.isfinite(s))
+            if bad.size:
+                raise field_error("chunk_scores", f"chunk_scores[{bad[0]}] is not a finite number")
+        texts.append(ch)
+    return texts
+
+
+def check_question_embeddings(qemb_l: list[Any], emb_l: list[Any], dim: int | None) -> None:
+    """Flatten, check (finite, the chunk embeddings' dimension) and normalise in place."""
+    for i, qv in enumerate(qemb_l):
+        if qv is None:
+            continue
+        try:
+            arr = np.asarray(qv, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise field_error("question_embedding", "question_embedding must be a (d,) array of numbers") from None
+        if arr.ndim > 1 and not (arr.ndim == 2 and arr.shape[0] == 1):
+            raise field_error("question_embedding", f"question_embedding must have shape (d,), got {arr.shape}")
+        arr = arr.reshape(-1)
+        want = dim or (emb_l[i].shape[1] if emb_l[i] is not None else None)
+        if want and arr.shape[0] != want:
+            raise field_error("question_embedding", f"question_embedding has shape {arr.shape}, but the chunk "
+                              f"embeddings are {want}-dimensional: expected ({want},)")
+        if not np.isfinite(arr).all():
+            raise field_error("question_embedding", "question_embedding contains NaN or infinite values")
+        qemb_l[i] = unit(arr)
+
+
+def fill_embeddings(encoder: Any, cache: EmbeddingCache | None, inputs: frozenset[str] | set[str],
+                    questions: list[str], texts: list[list[str]], titles: list[Any], n_scored: list[int],
+                    emb_l: list[Any], qemb_l: list[Any], skip_scores: list[bool]) -> dict[str, int]:
+    """Encode what the caller did not give: the chunks' embeddings (through ``cache``) and
+    the questions' (a question's only when the selector reads it or a retrieval score).
+
+    Returns ``{"chunks": chunk texts embedded, "chunks_encoded": those the cache did not
+    hold, "questions": questions encoded}``.
+    """
+    need_e = bool(inputs & {"chunk_embedding", "retrieval_score"})
+    todo_e = [i for i in range(len(texts)) if need_e and emb_l[i] is None and (
+        "chunk_embedding" in inputs or not skip_scores[i])]
+    todo_q = [i for i in range(len(texts)) if qemb_l[i] is None and (
+        "question_embedding" in inputs or ("retrieval_score" in inputs and not skip_scores[i]))]
+    flat = []
+    for i in todo_e:
+        ts = titles[i]
+        flat += [((ts[j] + " " if ts is not None and ts[j] else "") + texts[i][j]).strip()
+                 for j in range(n_scored[i])]
+    qs = [questions[i] for i in todo_q]
+    if not flat and not qs:
+        return {"chunks": 0, "chunks_encoded": 0, "questions": 0}
+
+    def encode(batch: list[str]) -> np.ndarray:
+        return np.asarray(encoder.encode(batch, progress=False), dtype=np.float32)
+
+    if cache is not None and flat:
+        # chunks through the cache; the questions go with the cache misses in one call
+        enc_id = str(getattr(encoder, "model_id", "") or type(encoder).__name__)
+        got = cache.get_many([cache_key(t, enc_id) for t in flat])
+        missing = list(dict.fromkeys(flat[j] for j, v in enumerate(got) if v is None))
+        vecs = encode(missing + qs) if missing or qs else None
+        if missing:
+            cache.put_many([cache_key(t, enc_id) for t in missing], vecs[: len(missing)])
+            by_text = dict(zip(missing, vecs[: len(missing)], strict=True))
+            got = [v if v is not None else by_text[flat[j]] for j, v in enumerate(got)]
+        chunk_vecs = np.stack(got)
+        q_vecs = vecs[len(missing):] if vecs is not None else None
+        n_encoded = len(missing)
+    else:
+        vecs = encode(flat + qs)
+        chunk_vecs, q_vecs = vecs[: len(flat)], vecs[len(flat):]
+        n_encoded = len(flat)
+    at = 0
+    for i in todo_e:
+        full = np.zeros((len(texts[i]), chunk_vecs.shape[1]), dtype=np.float32)
+        full[: n_scored[i]] = chunk_vecs[at: at + n_scored[i]]
+        emb_l[i] = full
+        at += n_scored[i]
+    for n, i in enumerate(todo_q):
+        qemb_l[i] = q_vecs[n]
+    return {"chunks": len(flat), "chunks_encoded": n_encoded, "questions": len(qs)}
+
+def make_cache(spec: Any) -> Any:
+    """``embedding_cache=`` of :class:`ChunkSelector` -> an EmbeddingCache or None."""
+    if spec is None or spec is False:
+        return None
+    if spec is True:
+        return EmbeddingCache()
+    if isinstance(spec, (str, Path)):
+        return EmbeddingCache(path=spec)
+    if isinstance(spec, EmbeddingCache):
+        return spec
+    raise ConfigError(f"embedding_cache must be True, False, a SQLite path or an EmbeddingCache, got {spec!r}")
+
+
+def trained_dim(selector: Any, provenance: dict[str, Any]) -> int:
+    """The embedding dimension ``selector`` was trained on (0 when it reads none or it is unknown)."""
+    layout = getattr(selector, "layout_", None)
+    if layout is not None and getattr(layout, "d_e", 0):
+        return int(layout.d_e)
+    dim = provenance.get("embedding_dim")
+    return int(dim) if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 else 0
+
+
+def build_instances(questions: list[str], texts: list[list[str]], n_scored: list[int], emb_l: list[Any],
+                    qemb_l: list[Any], scores_l: list[Any], title_l: list[Any], reads_score: bool) -> list[Instance]:
+    """The selector's input: one :class:`Instance` per question with its first
+    ``n_scored`` chunks; a chunk's retrieval score is the caller's, else the cosine of the
+    embeddings when the selector reads one, else NaN."""
+    batch = []
+    for i, text in enumerate(questions):
+        qv = qemb_l[i]
+        q = Question(id=f"q{i}", text=text.strip(), dataset="user",
+                     embedding=None if qv is None else np.asarray(qv, dtype=np.float32))
+        cands = []
+        for j in range(n_scored[i]):
+            e = None if emb_l[i] is None else emb_l[i][j]
+            if scores_l[i] is not None:
+                s = float(scores_l[i][j])
+            elif reads_score and e is not None and qv is not None:
+                s = float(np.dot(qv, e))
+            else:
+                s = float("nan")
+            cands.append(Candidate(id=str(j), text=texts[i][j], rank=j, score=s, embedding=e,
+                                   title=str(title_l[i][j]) if title_l[i] is not None else ""))
+        batch.append(Instance(question=q, candidates=cands))
+    return batch

@@ -1,0 +1,135 @@
+"""A content-addressed cache of chunk embeddings: the same chunk text, encoded by the same
+encoder, is embedded once.
+
+A retriever returns the same popular chunks query after query, so a server that encodes
+raw chunk text spends most of its encoder time re-encoding chunks it has seen. Keys are
+the SHA-256 of the encoder id and the exact text given to the encoder (title included),
+so a different encoder or a changed text never hits. The memory tier is a bounded LRU
+(``max_items`` vectors); the optional disk tier is one SQLite file (WAL mode, so several
+server worker processes can share it) that survives restarts. Both are thread-safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunksel.errors import ConfigError
+
+
+def cache_key(text: str, encoder_id: str) -> str:
+    """The content address of ``text`` embedded by encoder ``encoder_id``."""
+    return hashlib.sha256(encoder_id.encode() + b"\0" + text.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+class EmbeddingCache:
+    """Bounded in-memory LRU of embeddings, optionally backed by a SQLite file.
+
+    Args:
+        max_items: vectors kept in memory (MiniLM: 1.5 KB each); the least recently used
+            go first.
+        path: a SQLite file for a persistent tier (created if absent); ``None`` = memory only.
+
+    Attributes:
+        hits, misses: lookups answered and not answered (memory or disk).
+    """
+
+    def __init__(self, max_items: int = 20_000, path: str | Path | None = None) -> None:
+        if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 0:
+            raise ConfigError(f"embedding cache max_items must be a whole number >= 0, got {max_items!r}")
+        self.max_items = max_items
+        self.path = None if path is None else Path(path).expanduser()
+        self._mem: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self.hits = 0
+        self.misses = 0
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, dim INTEGER, vec BLOB)")
+                self._db.commit()
+            except sqlite3.DatabaseError as err:
+                raise ConfigError(f"embedding cache {str(self.path)!r} is not a usable SQLite file ({err})") from None
+
+    def __len__(self) -> int:
+        return len(self._mem)
+
+    def get_many(self, keys: Sequence[str]) -> list[np.ndarray | None]:
+        """The cached vector of each key (``None`` where absent)."""
+        out: list[np.ndarray | None] = []
+        with self._lock:
+            for k in keys:
+                v = self._mem.get(k)
+                if v is not None:
+                    self._mem.move_to_end(k)
+                out.append(v)
+            missing = [i for i, v in enumerate(out) if v is None]
+            if missing and self._db is not None:
+                for i in missing:
+                    row = self._db.execute("SELECT dim, vec FROM emb WHERE key = ?", (keys[i],)).fetchone()
+                    if row is not None:
+                        out[i] = np.frombuffer(row[1], dtype=np.float32, count=row[0]).copy()
+                        self._remember(keys[i], out[i])
+            found = sum(v is not None for v in out)
+            self.hits += found
+            self.misses += len(out) - found
+        return out
+
+    def put_many(self, keys: Sequence[str], vectors: np.ndarray) -> None:
+        """Store one vector per key (float32 copies)."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        with self._lock:
+            for k, v in zip(keys, vectors, strict=True):
+                self._remember(k, v.copy())
+            if self._db is not None:
+                self._db.executemany("INSERT OR REPLACE INTO emb (key, dim, vec) VALUES (?, ?, ?)",
+                                     [(k, int(v.shape[0]), v.tobytes()) for k, v in zip(keys, vectors, strict=True)])
+                self._db.commit()
+
+    def _remember(self, key: str, vec: np.ndarray) -> None:
+        if self.max_items == 0:
+            return
+        self._mem[key] = vec
+        self._mem.move_to_end(key)
+        while len(self._mem) > self.max_items:
+            self._mem.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget the memory tier (the disk tier stays)."""
+        with self._lock:
+            self._mem.clear()
+
+    def stats(self) -> dict[str, Any]:
+        return {"items": len(self._mem), "max_items": self.max_items, "hits": self.hits, "misses": self.misses,
+                "disk": self.path is not None}
+
+
+def encode_cached(encode: Callable[[list[str]], np.ndarray], texts: Sequence[str], encoder_id: str,
+                  cache: EmbeddingCache | None) -> np.ndarray:
+    """Embed ``texts`` with ``encode``, taking the vectors ``cache`` holds and encoding
+    only the rest (in one call); the new vectors are stored."""
+    texts = list(texts)
+    if cache is None or not texts:
+        return encode(texts)
+    keys = [cache_key(t, encoder_id) for t in texts]
+    got = cache.get_many(keys)
+    todo = [i for i, v in enumerate(got) if v is None]
+    if todo:
+        # a text repeated within the call is encoded once
+        uniq = list(dict.fromkeys(texts[i] for i in todo))
+        vecs = encode(uniq)
+        by_text = dict(zip(uniq, vecs, strict=True))
+        cache.put_many([cache_key(t, encoder_id) for t in uniq], vecs)
+        for i in todo:
+            got[i] = by_text[texts[i]]
+    return np.stack(got).astype(np.float32, copy=False)

@@ -30,11 +30,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from chunksel.config import data_root, set_threads
+from chunksel.config import data_root
 from chunksel.features.adapters import make_adapter
 from chunksel.features.extract import _pad_id, forward_with_features, pad_batch
 from chunksel.llm.models import load_generator
 from chunksel.llm.prompts import question_prompt_ids
+from chunksel.threads import set_threads
 
 OLMOE_SCALED = dict(
     num_hidden_layers=16, num_experts=64, num_experts_per_tok=8, hidden_size=256,

@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from chunksel.config import set_threads
+    from chunksel.threads import set_threads
 
     set_threads(args.threads)
     from chunksel.build import build_instances

@@ -39,10 +39,10 @@ import torch
 
 from chunksel.bench import DATASETS, PROFILES
 from chunksel.build import build_instances, extract_question_features
-from chunksel.config import set_threads
 from chunksel.eval.metrics import per_instance_hits, subset_mask
 from chunksel.eval.report import significance_entry
 from chunksel.selectors.prototype import PrototypeSelector
+from chunksel.threads import set_threads
 from chunksel.types import candidate_mask, label_matrix
 
 RESULTS = Path(__file__).resolve().parent / "results" / "quantization.json"

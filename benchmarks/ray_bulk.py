@@ -101,7 +101,7 @@ def main() -> int:
 
     from chunksel.bulk import jobs
     from chunksel.bulk.ivfpq import build_ivfpq_from_shards, ivfpq_bytes_per_vector
-    from chunksel.config import cache_root, data_root, set_threads
+    from chunksel.config import cache_root, data_root
     from chunksel.features.store import FeatureStore
     from chunksel.labels.judge import label_instances
     from chunksel.llm.fetch import smollm2_gguf
@@ -109,6 +109,7 @@ def main() -> int:
     from chunksel.llm.models import load_generator
     from chunksel.retrieval.embeddings import PRECOMPUTED, corpus_embeddings, decode_precomputed
     from chunksel.retrieval.encoder import Encoder
+    from chunksel.threads import set_threads
     from chunksel.types import Candidate, Instance
 
     set_threads(1)

@@ -33,13 +33,14 @@ from pathlib import Path
 
 import numpy as np
 
-from chunksel.config import data_root, set_threads
+from chunksel.config import data_root
 from chunksel.data.corpus import Corpus
 from chunksel.eval.answers import reset_peak_rss
 from chunksel.retrieval.embeddings import corpus_embeddings
 from chunksel.retrieval.encoder import Encoder
 from chunksel.retrieval.index import build_index, effective_nlist
 from chunksel.retrieval.retriever import Retriever
+from chunksel.threads import set_threads
 from chunksel.types import Question
 
 RESULTS = Path(__file__).resolve().parent / "results" / "retrieval.json"

@@ -431,6 +431,7 @@ def _run_parts(profile: str, datasets: Sequence[str], selectors: Sequence[str], 
     import sys
 
     from chunksel.errors import ChunkselError
+    from chunksel.settings import current
 
     groups = [list(datasets[i::jobs]) for i in range(min(jobs, len(datasets)))]
     parts = out_dir / "parts"
@@ -441,6 +442,7 @@ def _run_parts(profile: str, datasets: Sequence[str], selectors: Sequence[str], 
                "--selectors", *selectors, "--out", str(parts / f"part-{n}")]
         if threads:
             cmd += ["--threads", str(threads)]
+        cmd += current().to_args()  # the data root, cache and label this process runs with
         log = parts / f"part-{n}.log"
         _say(f"part {n}: {' '.join(group)} (log {log})")
         with open(log, "w") as fh:

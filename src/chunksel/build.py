@@ -175,8 +175,9 @@ def build_instances(
         corpus: for ``input_path`` records without ``ctxs``: the corpus to retrieve
             from (a benchmark corpus name, or a passage TSV or JSONL file).
         label: a label spec that replaces the dataset's default on every instance
-            (``"semantic"``, ``"semantic|gold"``, ...); default ``$CHUNKSEL_LABEL`` (what
-            ``chunksel --label`` sets), else the dataset's own. Not part of the store's
+            (``"semantic"``, ``"semantic|gold"``, ...); default the settings' label
+            (:func:`chunksel.settings.current`: ``chunksel --label``, else ``$CHUNKSEL_LABEL``),
+            else the dataset's own. Not part of the store's
             key: label sources are kept apart on the candidates, the spec only picks.
             Judge labels come from the sidecar files of ``chunksel label``.
 
@@ -185,11 +186,10 @@ def build_instances(
         DataError: ``label`` uses the judge's ``semantic`` source and some instances
             have not been judged (run ``chunksel label`` with the same ``--limit``).
     """
-    import os
-
     from chunksel.data.datasets import DATASETS
+    from chunksel.settings import current
 
-    label = label or os.environ.get("CHUNKSEL_LABEL") or None
+    label = label or current().label
 
     if k < 1:
         raise ConfigError(f"--k must be >= 1, got {k}")

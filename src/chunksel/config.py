@@ -1,11 +1,12 @@
-"""Settings and dataclass configs.
+"""Roots and dataclass configs.
 
-Environment settings:
-
-- ``CHUNKSEL_DATA``: read-only input root (the shared benchmark data). No default inside
-  the library; the Makefile sets it to ``../shared/data``.
-- ``CHUNKSEL_CACHE``: every generated artifact (embeddings, indexes, instances, features,
+- :func:`data_root`: the read-only input root (the shared benchmark data). No default
+  inside the library; the Makefile sets ``CHUNKSEL_DATA`` to ``../shared/data``.
+- :func:`cache_root`: every generated artifact (embeddings, indexes, instances, features,
   models, reports). Default ``~/.cache/chunksel``.
+
+Both take an explicit path; without one they use the process's
+:func:`chunksel.settings.current` settings (the command line's, else the environment's).
 
 Configs are dataclasses with ``to_dict``/``from_dict``; :func:`config_hash` gives the
 short stable key under which a stage caches what it produced.
@@ -22,14 +23,15 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from chunksel.errors import ConfigError, DataError
+from chunksel.errors import DataError
+from chunksel.settings import current
 
 T = TypeVar("T")
 
 
 def data_root(path: str | os.PathLike | None = None) -> Path:
-    """The input data root: ``path``, else ``$CHUNKSEL_DATA``; it must exist."""
-    raw = path if path is not None else os.environ.get("CHUNKSEL_DATA")
+    """The input data root: ``path``, else the settings' (``$CHUNKSEL_DATA``); it must exist."""
+    raw = path if path is not None else current().data_root
     if not raw:
         raise DataError("no data root: set CHUNKSEL_DATA or pass --data-root")
     root = Path(raw).expanduser()
@@ -39,8 +41,8 @@ def data_root(path: str | os.PathLike | None = None) -> Path:
 
 
 def cache_root(path: str | os.PathLike | None = None) -> Path:
-    """The cache root: ``path``, else ``$CHUNKSEL_CACHE``, else ``~/.cache/chunksel``."""
-    raw = path if path is not None else os.environ.get("CHUNKSEL_CACHE")
+    """The cache root: ``path``, else the settings' (``$CHUNKSEL_CACHE``), else ``~/.cache/chunksel``."""
+    raw = path if path is not None else current().cache_dir
     root = Path(raw).expanduser() if raw else Path.home() / ".cache" / "chunksel"
     root.mkdir(parents=True, exist_ok=True)
     return root
@@ -86,32 +88,6 @@ def show_progress(flag: Any = True) -> bool:
     ``chunksel --quiet`` sets), which silences every bar, including those whose caller
     asked for one."""
     return bool(flag) and os.environ.get("TQDM_DISABLE", "").strip().lower() in ("", "0", "false", "no")
-
-
-def set_threads(n: int | None) -> None:
-    """Limit BLAS/OpenMP/torch threads for this process (``--threads``); None: no limit.
-
-    Raises:
-        ConfigError: ``n`` < 1 (0 does not mean "no limit": leave the option out).
-    """
-    if n is None:
-        return
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(f"--threads must be a whole number >= 1, got {n!r} (leave it out for no limit)")
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = str(n)
-    try:
-        import torch
-
-        torch.set_num_threads(n)
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        import faiss  # type: ignore[import-not-found]
-
-        faiss.omp_set_num_threads(n)
-    except ImportError:  # pragma: no cover
-        pass
 
 
 def json_default(obj: Any) -> Any:

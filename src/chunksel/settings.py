@@ -1,15 +1,17 @@
 """Process settings: where data and cache live, which labels apply, how many threads.
 
 One frozen :class:`Settings` is built once by the command line (from its options, then the
-environment) and its fields are passed down as plain parameters. This module and
-``chunksel.cli`` are the only places that read ``CHUNKSEL_*`` environment variables; library
-code that is given no value falls back to :meth:`Settings.from_env`.
+environment); the command runs inside :func:`use` and passes the fields down as
+parameters. Library functions given no value fall back to :func:`current`: the settings in
+use, else those of the environment (:meth:`Settings.from_env`). This module and
+``chunksel.cli`` are the only places that read ``CHUNKSEL_*`` environment variables.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 #: environment variables a :class:`Settings` is read from (``from_env``)
@@ -45,20 +47,33 @@ class Settings:
         return cls(data_root=env.get(DATA_ENV) or None, cache_dir=env.get(CACHE_ENV) or None,
                    label=env.get(LABEL_ENV) or None)
 
-
-def env_data_root() -> str | None:
-    """``$CHUNKSEL_DATA`` (None when unset or empty)."""
-    return Settings.from_env().data_root
-
-
-def env_cache_dir() -> str | None:
-    """``$CHUNKSEL_CACHE`` (None when unset or empty)."""
-    return Settings.from_env().cache_dir
-
-
-def env_label() -> str | None:
-    """``$CHUNKSEL_LABEL`` (None when unset or empty)."""
-    return Settings.from_env().label
+    def to_args(self) -> list[str]:
+        """The command-line options that give a child ``chunksel`` process these settings
+        (data root, cache, label; threads and quiet are each command's own)."""
+        out: list[str] = []
+        for flag, value in (("--data-root", self.data_root), ("--cache", self.cache_dir), ("--label", self.label)):
+            if value:
+                out += [flag, str(value)]
+        return out
 
 
-__all__ = ["CACHE_ENV", "DATA_ENV", "LABEL_ENV", "Settings", "env_cache_dir", "env_data_root", "env_label"]
+_active: list[Settings] = []
+
+
+def current() -> Settings:
+    """The settings in use (the innermost :func:`use`), else the environment's."""
+    return _active[-1] if _active else Settings.from_env()
+
+
+@contextmanager
+def use(settings: Settings) -> Iterator[Settings]:
+    """Run the block with ``settings`` as :func:`current` (the command line runs each
+    command inside one); the previous settings come back afterwards."""
+    _active.append(settings)
+    try:
+        yield settings
+    finally:
+        _active.pop()
+
+
+__all__ = ["CACHE_ENV", "DATA_ENV", "LABEL_ENV", "Settings", "current", "use"]

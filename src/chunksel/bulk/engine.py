@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import warnings
 from collections.abc import Iterator, Sequence
@@ -165,16 +164,4 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}"[:500]
 
 
-def worker_threads(threads: int) -> None:
-    """Limit torch/BLAS threads inside a worker process to ``threads``."""
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = str(threads)
-    try:
-        import torch
-
-        torch.set_num_threads(threads)
-    except ImportError:  # pragma: no cover
-        pass
-
-
-__all__ = ["EXTRA", "BulkJobError", "connect", "require_ray", "run_shards", "worker_threads"]
+__all__ = ["EXTRA", "BulkJobError", "connect", "require_ray", "run_shards"]

@@ -25,9 +25,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from chunksel.bulk.engine import worker_threads
 from chunksel.bulk.manifest import current_run, is_done, log_event, mark_done, read_done, shard_name
 from chunksel.errors import ChunkselError
+from chunksel.threads import set_threads
 
 
 class InjectedFault(ChunkselError, RuntimeError):
@@ -82,7 +82,7 @@ class ShardWorker:
 
     def __init__(self, job: str, fault: dict[str, Any] | None = None, threads: int = 1,
                  run: str | None = None) -> None:
-        worker_threads(threads)
+        set_threads(threads)
         self.job = Path(job)
         self.run_token = run
         self.fault = Fault(fault)

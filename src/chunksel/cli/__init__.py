@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from chunksel.cli import bench, build, data, eval, export, label, models, select, serve, train
 from chunksel.cli.common import setup
 from chunksel.errors import ChunkselError
+from chunksel.settings import Settings, use
 
 #: the command modules, in the order ``chunksel --help`` lists their commands
 MODULES = (models, build, data, train, eval, bench, select, serve, export, label)
@@ -41,7 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = setup(args)
-        return _dispatch(args, settings)
+        with use(settings):  # library defaults (data root, cache, label) are these settings
+            return _dispatch(args, settings)
     except ChunkselError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -50,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _dispatch(args: argparse.Namespace, settings) -> int:
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     for module in MODULES:
         if args.command in module.COMMANDS:
             return module.run(args, settings)

@@ -31,6 +31,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     built = build_instances(
         args.dataset, k=args.k, index=args.index, candidates=args.candidates,
         limit=args.limit, input_path=args.input, seed=args.seed, progress=not settings.quiet,
+        label=settings.label,
     )
     print(format_stats(built))
     print(f"instances: {built.path}")

@@ -23,7 +23,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--label", default=None, metavar="SPEC",
                    help="label spec replacing each dataset's default, e.g. semantic or containment|gold "
-                        "(sets $CHUNKSEL_LABEL; semantic needs `chunksel label` first)")
+                        "(default $CHUNKSEL_LABEL; semantic needs `chunksel label` first)")
 
 
 def add_ray_options(p: argparse.ArgumentParser) -> None:
@@ -89,31 +89,26 @@ def check_settings(args: argparse.Namespace) -> None:
 
 def setup(args: argparse.Namespace) -> Settings:
     """Check the options, set up the process (offline hubs, threads, seeds) and return the
-    run's settings."""
+    run's settings: each option given, else the environment's value."""
     check_settings(args)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if args.data_root:
-        os.environ["CHUNKSEL_DATA"] = args.data_root
-    if args.cache:
-        os.environ["CHUNKSEL_CACHE"] = args.cache
     if args.quiet:
-        os.environ["TQDM_DISABLE"] = "1"
-    if args.label:
-        os.environ["CHUNKSEL_LABEL"] = args.label
-    from chunksel.config import set_threads
+        os.environ["TQDM_DISABLE"] = "1"  # tqdm's own switch: silences every bar, also in libraries
+    env = Settings.from_env()
+    settings = Settings(data_root=args.data_root or env.data_root, cache_dir=args.cache or env.cache_dir,
+                        label=args.label or env.label, threads=args.threads, quiet=bool(args.quiet))
+    from chunksel.threads import set_threads
 
-    set_threads(args.threads)
+    set_threads(settings.threads)
     import random
 
     import numpy as np
 
     random.seed(args.seed)
     np.random.seed(args.seed)
-    env = Settings.from_env()
-    return Settings(data_root=args.data_root or env.data_root, cache_dir=args.cache or env.cache_dir,
-                    label=args.label or env.label, threads=args.threads, quiet=bool(args.quiet))
+    return settings
 
 
 def parse_params(pairs: Sequence[str]) -> dict[str, str]:

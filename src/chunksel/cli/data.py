@@ -40,7 +40,8 @@ def features(args: argparse.Namespace, settings: Settings) -> int:
 
     progress = not settings.quiet
     for ds in args.dataset:
-        built = build_instances(ds, k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress)
+        built = build_instances(ds, k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress,
+                                label=settings.label)
         if args.ray or args.ray_address:  # chunksel.bulk: the same store, filled by Ray workers
             from chunksel.bulk.jobs import extract_features
 

@@ -30,7 +30,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     progress = not settings.quiet
     sel = eval_selector(args.model)  # before the (slow) build: a bad --model fails at once
     data = dataset_args(args)
-    built = build_instances(k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress, **data)
+    built = build_instances(k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress,
+                            label=settings.label, **data)
     if args.input:
         from pathlib import Path
 

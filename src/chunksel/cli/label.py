@@ -4,11 +4,11 @@ labels/judge.py) or 'utility' (the utility selector as teacher, labels/utility.p
 from __future__ import annotations
 
 import argparse
-import os
+from dataclasses import replace
 
 from chunksel.cli.common import add_common, add_ray_options
 from chunksel.llm.cli_options import add_llm_arguments
-from chunksel.settings import Settings
+from chunksel.settings import Settings, use
 
 COMMANDS = ("label",)
 
@@ -41,9 +41,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from chunksel.build import build_instances
     from chunksel.labels.judge import label_instances, write_sidecar
 
-    os.environ.pop("CHUNKSEL_LABEL", None)  # the labels are being made: no spec to apply yet
-    built = build_instances(args.dataset, k=args.k, index=args.index, limit=args.limit, seed=args.seed,
-                            progress=progress)
+    with use(replace(settings, label=None)):  # the labels are being made: no spec to apply yet
+        built = build_instances(args.dataset, k=args.k, index=args.index, limit=args.limit, seed=args.seed,
+                                progress=progress)
     if args.source == "utility":
         from chunksel.labels import utility
 

@@ -42,7 +42,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise ConfigError(f"--out {args.out!r} is a file; give a directory to save the selector in")
     data = dataset_args(args)
-    built = build_instances(k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress, **data)
+    built = build_instances(k=args.k, index=args.index, limit=args.limit, seed=args.seed, progress=progress,
+                            label=settings.label, **data)
     if args.input:
         from chunksel.selectors.provenance import selector_inputs
 

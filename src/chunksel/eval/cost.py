@@ -18,11 +18,10 @@ assert on it.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -30,6 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from chunksel.errors import ConfigError, DataError
+from chunksel.threads import limit_threads
 
 QUERY_COSTS: tuple[str, ...] = ("none", "bm25", "warmup", "warmup+bm25", "llm")
 
@@ -59,40 +59,6 @@ class Cost:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@contextmanager
-def limit_threads(n: int = 1) -> Iterator[None]:
-    """Run the block with at most ``n`` threads in this process, then restore.
-
-    Covers BLAS/OpenMP pools (through ``threadpoolctl`` when installed — it comes with
-    scikit-learn), torch's intra-op pool and FAISS's OpenMP threads, for the libraries
-    already imported.
-    """
-    if n < 1:
-        raise ConfigError(f"threads must be >= 1, got {n}")
-    torch = sys.modules.get("torch")
-    faiss = sys.modules.get("faiss")
-    prev_torch = torch.get_num_threads() if torch is not None else None
-    prev_faiss = faiss.omp_get_max_threads() if faiss is not None else None
-    with ExitStack() as stack:
-        try:
-            from threadpoolctl import threadpool_limits
-
-            stack.enter_context(threadpool_limits(limits=n))
-        except ImportError:  # pragma: no cover - optional
-            pass
-        if torch is not None:
-            torch.set_num_threads(n)
-        if faiss is not None:
-            faiss.omp_set_num_threads(n)
-        try:
-            yield
-        finally:
-            if torch is not None and prev_torch is not None:
-                torch.set_num_threads(prev_torch)
-            if faiss is not None and prev_faiss is not None:
-                faiss.omp_set_num_threads(prev_faiss)
 
 
 def measure_latency(

@@ -29,7 +29,6 @@ scored in retrieval order and flagged (``run.fallback``); :meth:`fallbacks` coun
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -86,7 +85,7 @@ class _ListwiseSelector(Selector):
             self._runner = ListwiseLLM(
                 backend, window=self.window, step=self.step, carry=self.carry, read=self.read,
                 max_new_tokens=self.max_new_tokens, max_passage_words=self.max_passage_words,
-                calibrate=self.calibrate, cache=os.environ.get("CHUNKSEL_CACHE") or None)
+                calibrate=self.calibrate)
         return self._runner
 
     def _make_backend(self) -> Any:

@@ -58,13 +58,3 @@ def test_quiet_silences_bars_that_callers_asked_for(monkeypatch, toy_instances, 
     assert not show_progress(True)
     PrototypeSelector(**settings).fit(toy_instances, feats)
     assert "prototype" not in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("n", [0, -2])
-def test_set_threads_refuses_fewer_than_one(n):
-    from chunksel.config import set_threads
-    from chunksel.errors import ConfigError
-
-    with pytest.raises(ConfigError, match=rf"--threads must be a whole number >= 1, got {n}"):
-        set_threads(n)
-    set_threads(None)  # no limit: nothing happens

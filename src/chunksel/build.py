@@ -199,6 +199,12 @@ def build_instances(
         raise ConfigError(f"unknown candidates mode {candidates!r}; use retrieve or given")
     if input_path is None and dataset not in DATASETS:
         raise ConfigError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
+    if input_path is not None and dataset in DATASETS:
+        raise ConfigError(
+            f"--dataset {dataset!r} names a benchmark, but --input {str(input_path)!r} is your own file: its "
+            "corpus statistics and labels would be the benchmark's; label it with another name "
+            "(e.g. --dataset mine) or leave --dataset out"
+        )
     droot = data_root(root) if input_path is None else None  # a user file needs no data root
     if corpus is not None:
         if input_path is None:
@@ -254,10 +260,7 @@ def _with_label(built: Built, label: str | None) -> Built:
     seen = {src for i in built.instances for c in i.candidates for src in c.labels}
     for src in parse_label_spec(label):
         if src not in seen:
-            hint = (f"; judge it first: chunksel label --dataset {built.dataset} --judge local"
-                    if src.startswith("semantic") else
-                    f"; label it first: chunksel label --dataset {built.dataset} --source utility --judge local"
-                    if src.startswith("utility") else "")
+            hint = _label_hint(built, src)
             raise ConfigError(
                 f"label source {src!r} is on no candidate of {built.dataset} "
                 f"(sources here: {', '.join(sorted(seen)) or 'none'}){hint}"
@@ -276,6 +279,27 @@ def _with_label(built: Built, label: str | None) -> Built:
         inst.label_source = label
     config = {**built.config, "label": label}
     return Built(built.dataset, built.path, built.instances, config, split_stats(built.instances))
+
+
+def _label_hint(built: Built, src: str) -> str:
+    """How to make the missing LLM label source ``src``: the ``chunksel label`` command for
+    the same build (a benchmark), or the ``label`` field of an input file's ctxs."""
+    from chunksel.data.datasets import DATASETS
+
+    kind = src.split("@")[0]
+    if kind not in ("semantic", "utility"):
+        return ""
+    if built.dataset not in DATASETS:
+        return ("; chunksel label judges benchmark datasets only: for your own file, put 0/1 in each ctxs "
+                "entry's 'label' field and use --label given")
+    cfg = built.config
+    cmd = f"chunksel label --dataset {built.dataset}{' --source utility' if kind == 'utility' else ''} " \
+          f"--judge local --k {cfg.get('k', 5)}"
+    if cfg.get("limit"):
+        cmd += f" --limit {cfg['limit']}"
+    if cfg.get("index") and cfg["index"] != "flat":
+        cmd += f" --index {cfg['index']}"
+    return f"; {'judge' if kind == 'semantic' else 'label'} it first: {cmd}"
 
 
 def _file_key(path: Path) -> str:

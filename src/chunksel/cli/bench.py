@@ -36,12 +36,27 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def bench(args: argparse.Namespace, settings: Settings) -> int:
+    check_dataset_names(args.datasets)  # before the study imports or loads anything
     from chunksel.bench import run_bench
 
     run_bench(profile=args.profile, datasets=args.datasets, selectors=args.selectors,
               out=args.out, seed=args.seed, progress=not settings.quiet, reuse=not args.no_reuse,
               jobs=args.jobs, threads=args.threads)
     return 0
+
+
+def check_dataset_names(names: list[str] | None) -> None:
+    """``--datasets``: every name a benchmark dataset, refused before any work."""
+    import difflib
+
+    from chunksel.data.datasets import DATASETS
+    from chunksel.errors import ConfigError
+
+    for name in names or []:
+        if name not in DATASETS:
+            close = difflib.get_close_matches(name, list(DATASETS), n=1)
+            raise ConfigError(f"--datasets: unknown dataset {name!r}{f' (did you mean {close[0]!r}?)' if close else ''}"
+                              f"; known: {', '.join(DATASETS)}")
 
 
 def report(args: argparse.Namespace, settings: Settings) -> int:

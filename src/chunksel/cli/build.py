@@ -13,7 +13,8 @@ COMMANDS = ("build",)
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("build", help="build benchmark instances for a dataset")
     add_common(p)
-    p.add_argument("--dataset", required=True, help="triviaqa, nq, popqa, msmarco, squad2, hotpotqa, wikiqa")
+    p.add_argument("--dataset", default=None,
+                   help="triviaqa, nq, popqa, msmarco, squad2, hotpotqa, wikiqa (or the label of an --input file)")
     p.add_argument("--k", type=int, default=5, help="candidates per question (default 5)")
     p.add_argument("--index", choices=["flat", "ivfpq"], default="flat", help="FAISS index (default flat)")
     p.add_argument("--candidates", choices=["retrieve", "given"], default="retrieve",
@@ -27,11 +28,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from chunksel.build import build_instances, format_stats
+    from chunksel.cli.common import dataset_args
 
+    data = dataset_args(args)  # --dataset or --input; --corpus only with --input
     built = build_instances(
-        args.dataset, k=args.k, index=args.index, candidates=args.candidates,
-        limit=args.limit, input_path=args.input, seed=args.seed, progress=not settings.quiet,
-        label=settings.label,
+        k=args.k, index=args.index, candidates=args.candidates, limit=args.limit, seed=args.seed,
+        progress=not settings.quiet, label=settings.label, **data,
     )
     print(format_stats(built))
     print(f"instances: {built.path}")

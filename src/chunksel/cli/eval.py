@@ -38,10 +38,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         from chunksel.selectors.bm25_stats import use_saved_corpus
         from chunksel.selectors.provenance import selector_inputs
 
-        if "corpus_stats" in selector_inputs(sel) and Path(args.model).is_dir():
+        if "corpus_stats" in selector_inputs(sel):
             from chunksel.data.corpus import user_corpus_path
 
-            use_saved_corpus(sel, args.model, user_corpus_path(args.corpus) if args.corpus else None)
+            own = user_corpus_path(args.corpus) if args.corpus else None
+            if Path(args.model).is_dir():
+                use_saved_corpus(sel, args.model, own)
+            else:  # a registered name (bm25): the --corpus, else the input's own passages
+                sel.corpus = own or built.corpus
     batch = [i for i in built.instances if i.split == args.split]
     if not batch:
         from chunksel.errors import DataError

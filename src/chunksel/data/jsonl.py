@@ -143,12 +143,17 @@ def iter_user_jsonl(
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as err:
-                raise DataError(f"{where}: malformed JSON ({err.msg})") from None
+                raise DataError(f"{where}: malformed JSON at column {err.colno} ({err.msg})") from None
+            except RecursionError:
+                raise DataError(f"{where}: the JSON is nested too deeply") from None
             q, cands = parse_record(rec, where, dataset)
             if q.id in seen:
                 raise DataError(f"{where}: duplicate id {q.id!r}")
             seen.add(q.id)
             yield q, cands
+    if not seen:
+        raise DataError(f"input file {str(path)!r} holds no records (it is empty or only blank lines); "
+                        "expected one JSON object per line: {\"id\": ..., \"question\": ..., \"ctxs\"?: [...]}")
 
 
 def load_user_jsonl(

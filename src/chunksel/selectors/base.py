@@ -208,8 +208,10 @@ class Selector(ABC):
             checksums = state_checksums(staging)
             if "config.json" in checksums:
                 raise RuntimeError(f"{type(self).__name__}._save_state must not write config.json")
+            mode = _file_mode()
             for rel in checksums:
                 (path / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.chmod(staging / rel, mode)  # some writers (safetensors) create 0600 files
                 os.replace(staging / rel, path / rel)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -252,6 +254,13 @@ class Selector(ABC):
 
     def _load_state(self, path: Path, state: dict[str, Any]) -> None:
         """Read what :meth:`_save_state` and :meth:`_state_config` wrote (override)."""
+
+
+def _file_mode() -> int:
+    """The mode a new file gets under this process's umask (0644 under the usual 022)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def _range_checked_init(init: Any) -> Any:

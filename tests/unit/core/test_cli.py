@@ -120,7 +120,11 @@ def test_build_input_not_utf8_names_file_and_line(capsys, tmp_path):
     [
         ("bogus=1", ("--param: unknown parameter 'bogus' for selector 'prototype'", "known: k,")),
         ("max_epochs=lots", ("parameter 'max_epochs'", "expects an integer, got 'lots'")),
-        ("tau=-1", ("tau must be > 0",)),
+        ("tau=-1", ("'tau' of selector 'prototype' must be a finite number > 0, got -1",)),
+        ("max_epochs=-5", ("'max_epochs' of selector 'prototype' must be a whole number >= 1, got -5",)),
+        ("lr=nan", ("'lr' of selector 'prototype' must be a finite number > 0, got nan",)),
+        ("batch_size=0", ("'batch_size'", ">= 1, got 0")),
+        ("dropout=2", ("'dropout'", "in [0, 1), got 2")),
         ("blocks=hs+nope", ("blocks must be a non-empty subset",)),
         ("noequals", ("--param expects KEY=VALUE",)),
     ],

@@ -91,3 +91,18 @@ def test_a_utf8_byte_order_mark_is_accepted(tmp_path: Path) -> None:
     path = tmp_path / "bom.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "a", "question": "caf\u00e9?"}, ensure_ascii=False).encode())
     assert load_user_jsonl(path)[0][0].text == "caf\u00e9?"
+
+
+def test_malformed_json_keeps_its_column(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": "a", "question": "q", oops}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"bad\.jsonl:1: malformed JSON at column 30 \(Expecting property name"):
+        load_user_jsonl(path)
+
+
+@pytest.mark.parametrize("content", ["", "\n\n  \n"])
+def test_an_empty_file_says_it_holds_no_records(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError, match=r"empty\.jsonl' holds no records \(it is empty or only blank lines\)"):
+        load_user_jsonl(path)

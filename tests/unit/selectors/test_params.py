@@ -105,3 +105,23 @@ def test_every_selector_default_settings_are_in_range(name):
 
     sel = get_selector_class(name)()
     check_ranges(name, sel.get_params())
+
+
+def test_saved_weights_get_the_umask_mode_not_0600(tmp_path, toy_instances):
+    import os
+
+    import numpy as np
+
+    pytest.importorskip("torch")
+    from chunksel.features.base import InMemoryFeatures
+
+    ids = [i.id for i in toy_instances]
+    feats = InMemoryFeatures(ids, h=np.ones((len(ids), 3)), r=np.ones((len(ids), 2)))
+    sel = make_selector("prototype", hidden=8, max_epochs=1, progress=False)
+    sel.fit([i for i in toy_instances if i.split == "train"], feats)
+    sel.save(tmp_path / "m")
+    mask = os.umask(0)
+    os.umask(mask)
+    for f in (tmp_path / "m").rglob("*"):
+        if f.is_file():
+            assert f.stat().st_mode & 0o777 == 0o666 & ~mask, f

@@ -1,9 +1,23 @@
 """The application API: question text and chunk texts in, the chosen chunk(s) out.
 
-``ChunkSelector.load(path).select(question, chunks, k=1)`` works for every saved selector
-and runs what that selector reads (:func:`~chunksel.selectors.provenance.selector_inputs`):
+**The fast path: reuse what the retriever computed.** A retriever has already embedded
+the question and the chunks and scored them; pass those and nothing is encoded here::
 
-- the retriever encoder (the packaged all-MiniLM-L6-v2) for the chunks' embeddings, the
+    cs = ChunkSelector.load("models/anchored")
+    sel = cs.select(question, chunks, k=1, question_embedding=q_vec,
+                    chunk_embeddings=chunk_vecs, chunk_scores=retrieval_scores, titles=titles)
+
+(vectors from the encoder the selector was trained with, all-MiniLM-L6-v2 by default; a
+wrong dimension is a :class:`~chunksel.errors.DataError` naming the argument and both
+shapes). ``deadline=`` (a ``time.monotonic()`` time) is checked before each stage.
+
+``ChunkSelector.load(path).select(question, chunks, k=1)`` also works from raw text for
+every saved selector, and runs what that selector reads
+(:func:`~chunksel.selectors.provenance.selector_inputs`):
+
+- the retriever encoder (the packaged all-MiniLM-L6-v2; chunk texts through a
+  content-addressed chunk-embedding cache, :mod:`chunksel.retrieval.chunk_cache`, so a
+  chunk seen before is not encoded again) for the chunks' embeddings, the
   question's embedding and the retrieval score (``q . e``, the score the benchmark's
   retriever gave its candidates; left out when the selector was trained on candidates
   without scores, as a user's ``ctxs`` often are), only when the selector reads one;
@@ -13,9 +27,7 @@ and runs what that selector reads (:func:`~chunksel.selectors.provenance.selecto
 - the BM25 / TF-IDF corpus statistics it was trained with (saved beside it), or the
   user's own corpus (``corpus=``), for the BM25 / LETOR-feature selectors.
 
-Everything it would compute can come from the caller instead: ``chunk_embeddings=``,
-``question_embedding=``, ``chunk_scores=`` (the caller's retriever scores) and
-``features={"h", "r"}`` (the caller's own warm-up pass). The result is a
+The result is a
 :class:`ChunkSelection`: the chosen chunks best first, each with its index in the given
 list, its score and its rank, and every chunk's score; :meth:`ChunkSelection.to_dict` is
 valid JSON (no NaN, no infinities). :meth:`ChunkSelector.select_batch` scores several

@@ -1,18 +1,22 @@
 """A LangChain document compressor (extra ``langchain``): keep the chunks a trained
 selector chooses, best first.
 
+The fast path, and the default: reuse what the retriever computed. Documents whose
+``metadata[embedding_key]`` holds the retriever's vector (all-MiniLM-L6-v2) are not
+re-encoded, ``metadata[score_key]`` is reused as the retrieval score, and with
+``embeddings=`` (the vector store's LangChain ``Embeddings``) the question's vector comes
+from its ``embed_query``; then nothing is encoded by chunksel. Otherwise the text is
+encoded, chunks through the selector's chunk-embedding cache.
+
 Example (a ``ContextualCompressionRetriever``, or any chain)::
 
     from chunksel.pipeline.langchain import ChunkselCompressor
 
-    compressor = ChunkselCompressor.from_path("models/anchored", k=2)
+    compressor = ChunkselCompressor.from_path("models/anchored", k=2, embeddings=store.embeddings)
     docs = retriever.invoke("Who wrote Hamlet?")                 # any LangChain retriever
     best = compressor.compress_documents(docs, "Who wrote Hamlet?")
     for d in best:
         print(d.metadata["chunksel_rank"], d.metadata["chunksel_score"], d.page_content[:60])
-
-Documents whose ``metadata[embedding_key]`` holds the retriever's vector (all-MiniLM-L6-v2)
-are not re-encoded; ``metadata[score_key]`` is reused as the retrieval score.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class ChunkselCompressor(BaseDocumentCompressor):
             document has one); None never reuses.
         score_key: metadata key of its retrieval score; None never reuses.
         title_key: metadata key of its title.
+        embeddings: the retriever's LangChain ``Embeddings`` (same model as the selector's
+            encoder); its ``embed_query`` gives the question embedding. None: encoded here.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -51,11 +57,12 @@ class ChunkselCompressor(BaseDocumentCompressor):
     embedding_key: str | None = "embedding"
     score_key: str | None = "score"
     title_key: str | None = "title"
+    embeddings: Any = None
 
     @classmethod
     def from_path(cls, path: str | Path, k: int = 3, **kwargs: Any) -> ChunkselCompressor:
         """Load a saved selector (``ChunkSelector.load``; ``corpus=`` etc. go there)."""
-        fields = {n: kwargs.pop(n) for n in ("embedding_key", "score_key", "title_key") if n in kwargs}
+        fields = {n: kwargs.pop(n) for n in ("embedding_key", "score_key", "title_key", "embeddings") if n in kwargs}
         return cls(selector=as_chunk_selector(path, **kwargs), k=k, **fields)
 
     def compress_documents(
@@ -69,9 +76,13 @@ class ChunkselCompressor(BaseDocumentCompressor):
             return None if key is None else [d.metadata.get(key) for d in docs]
 
         titles = meta(self.title_key)
+        cs = as_chunk_selector(self.selector)
+        q_emb = None
+        if self.embeddings is not None and cs.inputs & {"question_embedding", "retrieval_score"}:
+            q_emb = self.embeddings.embed_query(query)
         res = select_reusing(
-            as_chunk_selector(self.selector), query, [d.page_content for d in docs], self.k,
-            meta(self.embedding_key), meta(self.score_key),
+            cs, query, [d.page_content for d in docs], self.k, meta(self.embedding_key), meta(self.score_key),
+            query_embedding=q_emb,
             titles=None if titles is None or any(t is None for t in titles) else [str(t) for t in titles],
         )
         out = []

@@ -12,9 +12,11 @@ Example (a query engine over any retriever)::
     for n in response.source_nodes:
         print(n.score, n.node.get_content()[:60])
 
-Nodes that carry their embedding (a vector-store retriever's all-MiniLM-L6-v2 vectors)
-are not re-encoded, the query bundle's embedding is reused, and the retriever's node
-scores are reused as retrieval scores.
+The fast path, and the default (``reuse_embeddings=True``): nodes that carry their
+embedding (a vector-store retriever's all-MiniLM-L6-v2 vectors) are not re-encoded, the
+query bundle's embedding is reused, and the retriever's node scores are reused as
+retrieval scores; then nothing is encoded by chunksel. Otherwise the text is encoded,
+chunks through the selector's chunk-embedding cache.
 """
 
 from __future__ import annotations

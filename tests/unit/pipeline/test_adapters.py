@@ -82,6 +82,33 @@ def test_langchain_compressor_in_a_chain(cs):
     assert compressor.compress_documents([], QUESTION) == []
 
 
+def test_langchain_compressor_with_the_stores_embeddings_encodes_nothing(cs):
+    pytest.importorskip("langchain_core")
+    from langchain_core.documents import Document
+    from langchain_core.embeddings import Embeddings
+
+    from chunksel.pipeline.langchain import ChunkselCompressor
+
+    emb, q_emb = _vectors()
+
+    class StoreEmbeddings(Embeddings):  # the vector store's embedder (the selector's encoder)
+        def embed_documents(self, texts):
+            return FakeEncoder().encode(texts).tolist()
+
+        def embed_query(self, text):
+            return FakeEncoder().encode([text])[0].tolist()
+
+    compressor = ChunkselCompressor(selector=cs, k=2, embeddings=StoreEmbeddings())
+    docs = [Document(page_content=t, metadata={"embedding": emb[j].tolist(), "score": 0.9 - 0.1 * j})
+            for j, t in enumerate(CHUNKS)]
+    before = cs.encoder.n_encoded
+    got = compressor.compress_documents(docs, QUESTION)
+    assert cs.encoder.n_encoded == before  # question and chunks came from the retriever side
+    want = cs.select(QUESTION, CHUNKS, k=2, chunk_embeddings=emb, question_embedding=q_emb,
+                     chunk_scores=[0.9 - 0.1 * j for j in range(len(CHUNKS))])
+    assert [d.page_content for d in got] == want.chunks
+
+
 def test_llamaindex_postprocessor_in_a_query_engine(cs):
     pytest.importorskip("llama_index.core")
     from llama_index.core.llms import MockLLM

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(sel, feats, test, calls) -> dict:
     """The variants' latencies and rank-1 of one fitted selector (see the module docstring)."""
-    from chunksel.pipeline.onnx_anchored import OnnxAnchored, _module, anchored_graph_bytes
+    from chunksel.export.anchored import OnnxAnchored, _module, anchored_graph_bytes
     from chunksel.selectors.letor import _MEMO, letor_features
     from chunksel.types import label_matrix
 

@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from chunksel.pipeline.onnx_export import OnnxPrototype, prototype_graph
+    from chunksel.export.prototype import OnnxPrototype, prototype_graph
 
     rng = np.random.default_rng(0)
     out: dict = {

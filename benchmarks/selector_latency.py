@@ -360,7 +360,7 @@ def run_section(name: str, train, val, test, features, label, proto_settings: di
         res = measure(full, test, features, label, n_calls)
         res["arrays"] = measure_arrays(full, test, features, n_calls)
         if full.engine == "onnxruntime":
-            from chunksel.pipeline.onnx_export import prototype_graph
+            from chunksel.export.prototype import prototype_graph
 
             res["onnx_bytes"] = len(prototype_graph(full, full.quantize or "fp32").SerializeToString())
             res["graph"] = measure_graph(full, test, features, n_calls)

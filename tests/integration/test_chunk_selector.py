@@ -90,8 +90,8 @@ def test_onnxruntime_engine_and_exported_graph_agree_with_torch(saved_selector, 
     """The same real question through the torch engine, the onnxruntime engine and the
     exported file run by ONNX Runtime alone."""
     pytest.importorskip("onnxruntime")
+    from chunksel.export.prototype import OnnxPrototype
     from chunksel.pipeline.chunk_selector import ChunkSelector
-    from chunksel.pipeline.onnx_export import OnnxPrototype
 
     path, generator = saved_selector
     cs = ChunkSelector.load(path)

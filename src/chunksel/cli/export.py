@@ -21,27 +21,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from chunksel.pipeline.onnx_export import OnnxPrototype, export_prototype
+    from chunksel.export import GRAPHS, export_selector, graph_kind, open_graph
     from chunksel.selectors import load_selector
 
     sel = load_selector(args.model)
-    if getattr(sel, "name", "") == "anchored":
-        from chunksel.pipeline.onnx_anchored import OnnxAnchored, export_anchored
-
-        path = export_anchored(sel, args.out, quantize=args.quantize)
-        runner = OnnxAnchored(path)  # reads it back: a broken export fails here
-        ins = ", ".join(f"{i.name} {i.shape}" for i in runner.session.get_inputs())
-        print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, {args.quantize}); inputs: {ins}; "
-              f"outputs: scores ['n', {runner.k}]")
-        return 0
-    if getattr(sel, "name", "") != "prototype":
+    kind = graph_kind(sel)  # the graph the selector's class declares
+    if kind is None:
         raise ChunkselError(
-            f"{args.model} holds a {getattr(sel, 'name', '?')!r} selector; export needs a prototype "
-            "or anchored selector"
+            f"{args.model} holds a {getattr(sel, 'name', '?')!r} selector; export needs a "
+            f"{' or '.join(GRAPHS)} selector"
         )
-    path = export_prototype(sel, args.out, quantize=args.quantize)
-    runner = OnnxPrototype(path)  # reads it back: a broken export fails here, not on the device
+    path = export_selector(sel, args.out, quantize=args.quantize)
+    runner = open_graph(kind, path)  # reads it back: a broken export fails here, not on the device
     ins = ", ".join(f"{i.name} {i.shape}" for i in runner.session.get_inputs())
-    print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, {args.quantize}); inputs: {ins}; "
-          f"outputs: scores ['n', {runner.layout.k}], prototype ['n', {runner.layout.d_e}]")
+    outs = ", ".join(f"{o.name} {o.shape}" for o in runner.session.get_outputs())
+    print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, {args.quantize}); inputs: {ins}; outputs: {outs}")
     return 0

@@ -109,6 +109,8 @@ class AnchoredPrototypeSelector(Selector):
 
     name = "anchored"
     display_name = "Anchored prototype"
+    #: exportable as this ONNX graph (:mod:`chunksel.export`)
+    onnx_graph = "anchored"
     family = "prototype"
     role = "flagship"
     requires_fit = True
@@ -310,7 +312,7 @@ class AnchoredPrototypeSelector(Selector):
                 int(got["r"].shape[1]) if "rw" in self.blocks else 0)
 
     def graph_inputs(self, batch: Sequence[Instance], features: QuestionFeatures | None = None) -> dict[str, np.ndarray]:
-        """The exported ONNX graph's inputs for ``batch`` (:mod:`chunksel.pipeline.onnx_anchored`):
+        """The exported ONNX graph's inputs for ``batch`` (:mod:`chunksel.export.anchored`):
         ``h``, ``r`` as the store gives them, unit ``q`` and ``e`` (zeros at padding) and the
         raw interaction features ``phi``; the graph scales them itself."""
         batch = list(batch)

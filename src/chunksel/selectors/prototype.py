@@ -77,6 +77,8 @@ class PrototypeSelector(Selector):
 
     name = "prototype"
     display_name = "Prototype (paper)"
+    #: exportable as this ONNX graph (:mod:`chunksel.export`)
+    onnx_graph = "prototype"
     family = "prototype"
     role = "reproduction"
     requires_fit = True
@@ -240,8 +242,8 @@ class PrototypeSelector(Selector):
         self._infer = None
 
     def export_state(self):
-        """The public state an exporter reads (:class:`chunksel.nn.onnx_prototype.PrototypeState`)."""
-        from chunksel.nn.onnx_prototype import PrototypeState
+        """The public state an exporter reads (:class:`chunksel.export.prototype.PrototypeState`)."""
+        from chunksel.export.prototype import PrototypeState
 
         self._check_fitted()
         keep = np.asarray(self.feature_mask_, dtype=bool)

@@ -7,7 +7,7 @@
   ranges) after standard scaling (:class:`Scaled`);
 - ``torch`` ``int8w``: int8 weights (one scale per output row), bfloat16 compute
   (``torch._weight_int8pack_mm``; faster at batch 1 on CPUs with AVX-512);
-- ``onnxruntime`` fp32 / int8: the exported ONNX graph (:mod:`chunksel.nn.onnx_prototype`),
+- ``onnxruntime`` fp32 / int8: the exported ONNX graph (:mod:`chunksel.export.prototype`),
   with per-row dynamic int8 activations (an instance's scores do not depend on its batch).
 """
 
@@ -49,13 +49,13 @@ def build_engine(selector: Any, engine: str, quantize: str | None) -> Any:
     """The inference callable of a fitted prototype selector.
 
     torch engine: unscaled kept inputs -> unit prototypes. onnxruntime engine: an
-    :class:`~chunksel.nn.onnx_prototype.OnnxPrototype` (h, r, e -> scores, prototypes),
+    :class:`~chunksel.export.prototype.OnnxPrototype` (h, r, e -> scores, prototypes),
     built from the selector's public :meth:`export_state`.
     """
     mode = check_engine(engine, quantize)
     state = selector.export_state()
     if engine == "onnxruntime":  # the graph carries the scaler and the mask itself
-        from chunksel.nn.onnx_prototype import OnnxPrototype, prototype_graph
+        from chunksel.export.prototype import OnnxPrototype, prototype_graph
 
         return OnnxPrototype(prototype_graph(selector, mode))
     if mode == "int8":

@@ -50,8 +50,8 @@ def test_export_writes_a_runnable_onnx_graph(capsys, tmp_path, toy_instances):
     pytest.importorskip("onnxruntime")
     import numpy as np
 
+    from chunksel.export.prototype import OnnxPrototype
     from chunksel.features.base import InMemoryFeatures
-    from chunksel.pipeline.onnx_export import OnnxPrototype
     from chunksel.selectors import make_selector
 
     ids = [i.id for i in toy_instances]

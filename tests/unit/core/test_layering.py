@@ -4,7 +4,7 @@ Every ``import`` / ``from ... import`` of a ``chunksel`` module counts, also tho
 functions (a lazy import still ties the two modules together). Layers, lowest first; a
 module may import its own layer or a lower one:
 
-    types, config, errors, settings, threads  <-  data, nn  <-  retrieval, labels, llm, features
+    types, config, errors, settings, threads  <-  data, nn  <-  retrieval, labels, llm, features, export
     <-  training, selectors, bulk  <-  eval, build, pipeline  <-  bench  <-  cli
 """
 
@@ -19,7 +19,7 @@ ROOT = Path(chunksel.__file__).resolve().parent
 LAYERS: list[set[str]] = [
     {"types", "config", "errors", "settings", "threads", "__init__"},
     {"data", "nn"},
-    {"retrieval", "labels", "llm", "features"},
+    {"retrieval", "labels", "llm", "features", "export"},
     {"training", "selectors", "bulk"},
     {"eval", "build", "pipeline"},
     {"bench"},

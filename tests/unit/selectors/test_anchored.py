@@ -173,7 +173,7 @@ def test_bad_settings():
 ])
 def test_onnx_graph_matches_torch(tmp_path, quantize, blocks):
     pytest.importorskip("onnxruntime")
-    from chunksel.pipeline.onnx_anchored import OnnxAnchored, export_anchored
+    from chunksel.export.anchored import OnnxAnchored, export_anchored
 
     inst = make_toy_instances(n=30, seed=7)
     feats = _features(inst)

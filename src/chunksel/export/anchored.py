@@ -113,7 +113,7 @@ def anchored_graph_bytes(selector: Any, quantize: str = "fp32") -> bytes:
     """The serialised ONNX graph of a fitted anchored selector."""
     import torch
 
-    if getattr(selector, "name", "") != "anchored":
+    if getattr(selector, "onnx_graph", None) != "anchored":
         raise ConfigError("anchored_graph_bytes needs a trained anchored selector")
     selector._check_fitted()
     if quantize not in ("fp32", "int8"):

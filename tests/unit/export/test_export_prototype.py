@@ -14,8 +14,8 @@ ort = pytest.importorskip("onnxruntime")
 from tests.conftest import TINY_PROTOTYPE  # noqa: E402
 
 from chunksel.errors import ConfigError, DataError  # noqa: E402
+from chunksel.export.prototype import OnnxPrototype, export_prototype, prototype_graph  # noqa: E402
 from chunksel.features.base import InMemoryFeatures  # noqa: E402
-from chunksel.pipeline.onnx_export import OnnxPrototype, export_prototype, prototype_graph  # noqa: E402
 from chunksel.selectors.prototype import PrototypeSelector  # noqa: E402
 
 TINY = TINY_PROTOTYPE
@@ -247,7 +247,7 @@ def test_runner_needs_neither_torch_nor_onnx(fitted, tmp_path):
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['onnx'] = None\n"
         "import numpy as np\n"
-        "from chunksel.pipeline.onnx_export import OnnxPrototype\n"
+        "from chunksel.export.prototype import OnnxPrototype\n"
         f"d = np.load({str(tmp_path / 'in.npz')!r})\n"
         f"run = OnnxPrototype({str(path)!r}, threads=1)\n"
         "np.save(sys.argv[1], run(d['h'], d['r'], d['e'])[0])\n"
@@ -255,3 +255,16 @@ def test_runner_needs_neither_torch_nor_onnx(fitted, tmp_path):
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "out.npy")], check=True)
     got = np.load(tmp_path / "out.npy")
     np.testing.assert_allclose(got, OnnxPrototype(path)(h, r, e)[0], rtol=0, atol=1e-6)
+
+
+def test_the_export_entry_point_writes_the_declared_graph(fitted, tmp_path):
+    """chunksel.export.export_selector picks the prototype graph from the class's onnx_graph."""
+    from chunksel.export import export_selector, open_graph
+
+    sel, insts, feats = fitted
+    path = export_selector(sel, tmp_path / "m.onnx", quantize="int8")
+    runner = open_graph("prototype", path)
+    assert isinstance(runner, OnnxPrototype) and runner.quantize == "int8"
+    assert path.read_bytes() == prototype_graph(sel, "int8").SerializeToString()
+    scores, _ = runner(*arrays(insts, feats)[:3])
+    assert scores.shape == (len(insts), 5)

@@ -31,6 +31,9 @@ from chunksel.data.instances import load_instances, load_meta, save_instances
 from chunksel.errors import ConfigError, DataError
 from chunksel.types import SPLITS, Candidate, Instance, Question
 
+#: how questions are assigned to train/val/test (see build_instances)
+SPLIT_SCHEMES = ("question", "grouped")
+
 BUILD_VERSION = 2  # 2: question embeddings travel with the instances
 
 # corpus-level parts reused by every build of one process (a bench run builds six
@@ -160,6 +163,7 @@ def build_instances(
     rebuild: bool = False,
     corpus: str | Path | None = None,
     label: str | None = None,
+    split: str = "question",
 ) -> Built:
     """Build (or reuse) the benchmark instances of ``dataset``; see the module docstring.
 
@@ -180,6 +184,9 @@ def build_instances(
             else the dataset's own. Not part of the store's
             key: label sources are kept apart on the candidates, the spec only picks.
             Judge labels come from the sidecar files of ``chunksel label``.
+        split: ``question`` (a hash of each question's text) or ``grouped`` (questions
+            sharing an evidence passage share a split; see
+            :mod:`chunksel.data.grouped_splits`). Part of the store's key when grouped.
 
     Raises:
         ConfigError: ``label`` names a source no candidate carries.
@@ -193,6 +200,8 @@ def build_instances(
 
     if k < 1:
         raise ConfigError(f"--k must be >= 1, got {k}")
+    if split not in SPLIT_SCHEMES:
+        raise ConfigError(f"unknown split scheme {split!r}; use {' or '.join(SPLIT_SCHEMES)}")
     if index not in ("flat", "ivfpq"):
         raise ConfigError(f"unknown index {index!r}; use flat or ivfpq")
     if candidates not in ("retrieve", "given"):
@@ -228,6 +237,8 @@ def build_instances(
         "corpus": spec.corpus if spec else corpus,
         "inputs": _qa_checksum(dataset, droot) if input_path is None else _file_key(Path(input_path)),
     }
+    if split != "question":  # the default scheme keeps the keys of earlier stores
+        config["split"] = split
     if input_path is not None and corpus is not None:
         from chunksel.selectors.bm25_stats import corpus_checksum
 
@@ -243,12 +254,26 @@ def build_instances(
         instances = _build_named(dataset, spec, k, index, candidates, limit, droot, progress)
     if not instances:
         raise DataError(f"{dataset}: no instances were built (no questions with candidates)")
+    meta: dict = {"config": config}
+    if split == "grouped":
+        meta["evidence_overlap"] = _regroup(instances)
     stats = split_stats(instances)
-    save_instances(out, instances, meta={"config": config, "stats": stats})
+    meta["stats"] = stats
+    save_instances(out, instances, meta=meta)
     from chunksel.labels.judge import attach_sidecar_labels
 
     attach_sidecar_labels(instances, out)
     return _with_label(Built(dataset, out, instances, config, stats), label)
+
+
+def _regroup(instances: list[Instance]) -> dict:
+    """Give ``instances`` grouped splits; the evidence overlap before and after."""
+    from chunksel.data.grouped_splits import evidence_overlap, group_sizes, grouped_splits
+
+    before = evidence_overlap(instances)
+    for inst, s in zip(instances, grouped_splits(instances), strict=True):
+        inst.split = s
+    return {"before": before, "after": evidence_overlap(instances), **group_sizes(instances)}
 
 
 def _with_label(built: Built, label: str | None) -> Built:

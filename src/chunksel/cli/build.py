@@ -24,17 +24,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", default=None,
                    help="with --input records without ctxs: the corpus to retrieve from "
                         "(wiki-w100, msmarco-sub, or a passage TSV/JSONL file)")
+    p.add_argument("--split", choices=["question", "grouped"], default="question",
+                   help="question: hash of the question text (default); grouped: questions "
+                        "sharing an evidence passage share a split")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from chunksel.build import build_instances, format_stats
     from chunksel.cli.common import dataset_args
+    from chunksel.data.instances import load_meta
 
     data = dataset_args(args)  # --dataset or --input; --corpus only with --input
     built = build_instances(
         k=args.k, index=args.index, candidates=args.candidates, limit=args.limit, seed=args.seed,
-        progress=not settings.quiet, label=settings.label, **data,
+        progress=not settings.quiet, label=settings.label, split=args.split, **data,
     )
     print(format_stats(built))
+    overlap = load_meta(built.path).get("evidence_overlap")
+    if overlap:
+        for part in ("val", "test"):
+            b, a = overlap["before"][part], overlap["after"][part]
+            print(f"{part} questions sharing an evidence passage with train: "
+                  f"{b['shared_pct']:.1f}% before grouping, {a['shared_pct']:.1f}% after")
     print(f"instances: {built.path}")
     return 0

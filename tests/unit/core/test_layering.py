@@ -5,7 +5,11 @@ functions (a lazy import still ties the two modules together). Layers, lowest fi
 module may import its own layer or a lower one:
 
     types, config, errors, settings, threads  <-  data, nn  <-  retrieval, labels, llm, features, export
-    <-  training, selectors, bulk  <-  eval, build, pipeline  <-  bench  <-  cli
+    <-  training, selectors, bulk  <-  eval, build, pipeline  <-  bench, study  <-  cli
+
+``export`` (every ONNX graph) sits right above ``nn``, not beside ``pipeline``: the
+prototype selector's ``onnxruntime`` engine runs the exported graph. ``study`` (the
+benchmark study) is above everything it measures; ``cli`` is on top.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"retrieval", "labels", "llm", "features", "export"},
     {"training", "selectors", "bulk"},
     {"eval", "build", "pipeline"},
-    {"bench"},
+    {"bench", "study"},
     {"cli", "__main__"},
 ]
 

@@ -35,13 +35,17 @@ def select_reusing(
     cs: Any,
     query: str,
     texts: Sequence[str],
-    k: int,
+    k: int | str,
     embeddings: Sequence[Any] | None,
     scores: Sequence[Any] | None,
     query_embedding: Any = None,
     titles: Sequence[str] | None = None,
+    threshold: float | None = None,
+    min_p: float | None = None,
 ) -> Any:
-    """``cs.select`` with the framework's vectors and scores where complete and useful."""
+    """``cs.select`` with the framework's vectors and scores where complete and useful
+    (``k`` may be ``"auto"``; ``threshold`` and ``min_p`` pass through, so the selection
+    may be empty)."""
     kw: dict[str, Any] = {}
     if embeddings is not None and all(e is not None for e in embeddings) and cs.inputs & {
         "chunk_embedding", "retrieval_score"
@@ -61,4 +65,6 @@ def select_reusing(
         kw["chunk_scores"] = [float(s) for s in scores]
     if titles is not None:
         kw["titles"] = list(titles)
-    return cs.select(query, list(texts), k=min(k, len(texts)), **kw)
+    if not isinstance(k, str):
+        k = min(k, len(texts))
+    return cs.select(query, list(texts), k=k, threshold=threshold, min_p=min_p, **kw)

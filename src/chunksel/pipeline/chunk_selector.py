@@ -73,6 +73,7 @@ from chunksel.pipeline.select_inputs import (
     trained_dim,
     unit,
 )
+from chunksel.pipeline.select_rules import check_rule, choose, json_probability, probability_list
 from chunksel.selectors.provenance import selector_inputs
 
 #: inputs that need the retriever encoder when the caller does not supply them
@@ -81,15 +82,18 @@ _ENCODER_INPUTS = frozenset({"chunk_embedding", "question_embedding", "retrieval
 
 @dataclass
 class ChosenChunk:
-    """One selected chunk: its position in the given list, its rank (1 = best) and score."""
+    """One selected chunk: its position in the given list, its rank (1 = best), score and
+    calibrated P(evidence) (None when the selector has no calibrator)."""
 
     index: int
     rank: int
     score: float
     text: str
+    probability: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "rank": self.rank, "score": _json_score(self.score), "text": self.text}
+        return {"index": self.index, "rank": self.rank, "score": _json_score(self.score), "text": self.text,
+                "probability": json_probability(self.probability)}
 
 
 @dataclass
@@ -107,6 +111,10 @@ class ChunkSelection:
             the call that produced it (of the whole batch for :meth:`ChunkSelector.select_batch`).
         warm_up: the warm-up pass (its KV cache feeds generation), when one ran for this
             question alone.
+        probabilities: one calibrated P(evidence) per given chunk (None past the scored
+            chunks, or every one when the selector has no calibrator).
+        p_answerable: P(some scored chunk holds the evidence), calibrated per set.
+        abstained: nothing was selected because of ``k="auto"``, ``threshold`` or ``min_p``.
     """
 
     question: str
@@ -116,6 +124,9 @@ class ChunkSelection:
     selector: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     warm_up: Any = field(default=None, repr=False)
+    probabilities: list[float | None] = field(default_factory=list)
+    p_answerable: float | None = None
+    abstained: bool = False
 
     @property
     def indices(self) -> list[int]:
@@ -144,6 +155,9 @@ class ChunkSelection:
             "scores": [_json_score(s) for s in self.scores],
             "all_scores": [_json_score(s) for s in self.all_scores],
             "n_scored": self.n_scored,
+            "probabilities": [json_probability(p) for p in self.probabilities],
+            "p_answerable": json_probability(self.p_answerable),
+            "abstained": self.abstained,
             "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},
         }
 
@@ -206,6 +220,9 @@ class ChunkSelector:
         if self.provenance.get("retrieval_scores") is False:
             # trained on candidates without retrieval scores (a user's ctxs): none at query time either
             inputs = inputs - {"retrieval_score"}
+        self.calibrator = getattr(selector, "calibrator_", None)
+        if self.calibrator is not None and self.calibrator.source == "retrieval_score":
+            inputs = inputs | {"retrieval_score"}  # its probabilities read the retriever's scores
         self.inputs = inputs
         self.k_max = max_chunks(selector)
         #: whether scores depend on the chunks' text (else embeddings alone suffice)
@@ -343,7 +360,7 @@ class ChunkSelector:
         self,
         question: str,
         chunks: Sequence[str] | None = None,
-        k: int = 1,
+        k: int | str = 1,
         *,
         chunk_embeddings: np.ndarray | None = None,
         question_embedding: np.ndarray | None = None,
@@ -351,8 +368,10 @@ class ChunkSelector:
         features: dict[str, np.ndarray] | None = None,
         titles: Sequence[str] | None = None,
         deadline: float | None = None,
+        threshold: float | None = None,
+        min_p: float | None = None,
     ) -> ChunkSelection:
-        """Choose the top ``k`` chunks for ``question``.
+        """Choose the top ``k`` chunks for ``question`` (possibly none, see ``k="auto"``).
 
         The fast path, and the one to use when a retriever produced the chunks: pass what
         it already computed, ``question_embedding``, ``chunk_embeddings`` and
@@ -363,8 +382,11 @@ class ChunkSelector:
         Args:
             question: the question text (non-empty).
             chunks: candidate chunk texts (a list), best retrieved first (optional when
-                ``chunk_embeddings`` is given and the selector reads no text).
-            k: how many chunks to return (at most the number of scored chunks).
+                ``chunk_embeddings`` is given and the selector reads no text); the list
+                is never changed, and every returned index refers to its order.
+            k: how many chunks to return (at most the number of scored chunks), or
+                ``"auto"``: every chunk whose calibrated P(evidence) reaches the
+                operating point chosen on validation (may be none).
             chunk_embeddings: (n, d) retriever embeddings of the chunks (L2-normalised
                 here); encoded from ``chunks`` when the selector needs them.
             question_embedding: (d,) retriever embedding of the question.
@@ -375,9 +397,15 @@ class ChunkSelector:
             titles: the chunks' titles (default empty).
             deadline: an absolute ``time.monotonic()`` time; checked before each stage
                 (encode, warm-up, score).
+            threshold: keep only chunks with P(evidence) >= it (may keep none).
+            min_p: keep none when P(some chunk holds the evidence) is below it.
+
+        ``k="auto"``, ``threshold`` and ``min_p`` need a calibrated selector (fitted with
+        a validation split); :mod:`chunksel.pipeline.select_rules` has the rules.
 
         Raises:
-            ConfigError: ``k`` < 1.
+            ConfigError: ``k`` < 1 (or not "auto"), a threshold outside [0, 1], or a rule
+                that needs probabilities on an uncalibrated selector.
             DataError: an empty question, no chunks, chunks given as one string, inputs
                 of the wrong shape (the message names the argument and both shapes;
                 ``err.field`` names it), or NaN scores.
@@ -390,7 +418,7 @@ class ChunkSelector:
             chunk_scores=None if chunk_scores is None else [chunk_scores],
             features=None if features is None else [features],
             titles=None if titles is None else [titles],
-            deadline=deadline,
+            deadline=deadline, threshold=threshold, min_p=min_p,
             _stacklevel=3,
         )[0]
 
@@ -398,7 +426,7 @@ class ChunkSelector:
         self,
         questions: Sequence[str],
         chunks: Sequence[Sequence[str] | None] | None = None,
-        k: int = 1,
+        k: int | str = 1,
         *,
         chunk_embeddings: Sequence[np.ndarray | None] | None = None,
         question_embeddings: Sequence[np.ndarray | None] | None = None,
@@ -406,13 +434,14 @@ class ChunkSelector:
         features: Sequence[dict[str, np.ndarray] | None] | None = None,
         titles: Sequence[Sequence[str] | None] | None = None,
         deadline: float | None = None,
+        threshold: float | None = None,
+        min_p: float | None = None,
         _stacklevel: int = 2,
     ) -> list[ChunkSelection]:
         """:meth:`select` for several questions at once (one list entry per question for
         every argument); the encoder, the warm-up pass and the selector run once each."""
         t0 = time.perf_counter()
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ConfigError(f"k must be >= 1, got {k}")
+        check_rule(k, threshold, min_p, self.calibrator, self.name)
         questions = check_questions(questions)
         b = len(questions)
         if b == 0:
@@ -455,6 +484,9 @@ class ChunkSelector:
                 MEMO_ENABLED.reset(token)
         else:
             scores = self.selector.score(batch, feats)
+        chunk_p = p_set = None
+        if self.calibrator is not None:
+            chunk_p, p_set = self.selector.probabilities(batch, feats, scores)
         timings["score"] = (time.perf_counter() - t) * 1e3
         timings["total"] = (time.perf_counter() - t0) * 1e3
 
@@ -471,17 +503,23 @@ class ChunkSelector:
         out = []
         for i in range(b):
             row = scores[i, : n_scored[i]]
-            order = np.lexsort((np.arange(len(row)), -row))  # score desc, ties: given order
-            chosen = [int(j) for j in order if np.isfinite(row[j])][:k]
+            p_row = None if chunk_p is None else chunk_p[i, : n_scored[i]]
+            p_ans = None if p_set is None else float(p_set[i])
+            chosen, abstained = choose(row, p_row, p_ans, k, threshold, min_p,
+                                       None if self.calibrator is None else self.calibrator.auto_threshold)
             out.append(ChunkSelection(
                 question=questions[i],
-                selected=[ChosenChunk(index=j, rank=r + 1, score=float(row[j]), text=texts[i][j])
+                selected=[ChosenChunk(index=j, rank=r + 1, score=float(row[j]), text=texts[i][j],
+                                      probability=None if p_row is None else float(p_row[j]))
                           for r, j in enumerate(chosen)],
                 all_scores=[float(row[j]) if j < n_scored[i] else None for j in range(len(texts[i]))],
                 n_scored=n_scored[i],
                 selector=self.name,
                 timings=dict(timings),
                 warm_up=warm_ups[i],
+                probabilities=probability_list(p_row, n_scored[i], len(texts[i])),
+                p_answerable=p_ans,
+                abstained=abstained,
             ))
         return out
 

@@ -17,6 +17,11 @@ Example (a ``ContextualCompressionRetriever``, or any chain)::
     best = compressor.compress_documents(docs, "Who wrote Hamlet?")
     for d in best:
         print(d.metadata["chunksel_rank"], d.metadata["chunksel_score"], d.page_content[:60])
+
+``k="auto"`` (a calibrated selector's operating point), ``threshold=`` (a minimum
+P(evidence)) and ``min_p=`` (abstain below this P(some chunk holds the evidence)) may keep
+no document at all: the result is then an empty list. Kept documents carry
+``metadata["chunksel_probability"]``.
 """
 
 from __future__ import annotations
@@ -41,7 +46,9 @@ class ChunkselCompressor(BaseDocumentCompressor):
 
     Attributes:
         selector: a :class:`~chunksel.pipeline.chunk_selector.ChunkSelector`.
-        k: documents to keep.
+        k: documents to keep, or ``"auto"`` (may keep none).
+        threshold: keep only documents with calibrated P(evidence) >= it (may keep none).
+        min_p: keep none when P(some document holds the evidence) is below it.
         embedding_key: metadata key of a document's retriever embedding (reused when every
             document has one); None never reuses.
         score_key: metadata key of its retrieval score; None never reuses.
@@ -53,16 +60,19 @@ class ChunkselCompressor(BaseDocumentCompressor):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     selector: Any
-    k: int = 3
+    k: int | str = 3
+    threshold: float | None = None
+    min_p: float | None = None
     embedding_key: str | None = "embedding"
     score_key: str | None = "score"
     title_key: str | None = "title"
     embeddings: Any = None
 
     @classmethod
-    def from_path(cls, path: str | Path, k: int = 3, **kwargs: Any) -> ChunkselCompressor:
+    def from_path(cls, path: str | Path, k: int | str = 3, **kwargs: Any) -> ChunkselCompressor:
         """Load a saved selector (``ChunkSelector.load``; ``corpus=`` etc. go there)."""
-        fields = {n: kwargs.pop(n) for n in ("embedding_key", "score_key", "title_key", "embeddings") if n in kwargs}
+        fields = {n: kwargs.pop(n) for n in ("embedding_key", "score_key", "title_key", "embeddings", "threshold",
+                                             "min_p") if n in kwargs}
         return cls(selector=as_chunk_selector(path, **kwargs), k=k, **fields)
 
     def compress_documents(
@@ -84,10 +94,12 @@ class ChunkselCompressor(BaseDocumentCompressor):
             cs, query, [d.page_content for d in docs], self.k, meta(self.embedding_key), meta(self.score_key),
             query_embedding=q_emb,
             titles=None if titles is None or any(t is None for t in titles) else [str(t) for t in titles],
+            threshold=self.threshold, min_p=self.min_p,
         )
         out = []
         for c in res.selected:
             d = docs[c.index]
             out.append(Document(page_content=d.page_content, id=d.id,
-                                metadata={**d.metadata, "chunksel_score": c.score, "chunksel_rank": c.rank}))
+                                metadata={**d.metadata, "chunksel_score": c.score, "chunksel_rank": c.rank,
+                                          "chunksel_probability": c.probability}))
         return out

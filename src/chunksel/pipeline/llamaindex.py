@@ -17,6 +17,9 @@ embedding (a vector-store retriever's all-MiniLM-L6-v2 vectors) are not re-encod
 query bundle's embedding is reused, and the retriever's node scores are reused as
 retrieval scores; then nothing is encoded by chunksel. Otherwise the text is encoded,
 chunks through the selector's chunk-embedding cache.
+
+``top_n="auto"`` (a calibrated selector's operating point), ``threshold=`` and ``min_p=``
+(:meth:`chunksel.ChunkSelector.select`) may keep no node: the result is then an empty list.
 """
 
 from __future__ import annotations
@@ -41,22 +44,27 @@ class ChunkselNodePostprocessor(BaseNodePostprocessor):
 
     Args:
         selector: a :class:`~chunksel.pipeline.chunk_selector.ChunkSelector` (or a path).
-        top_n: nodes to keep.
+        top_n: nodes to keep, or ``"auto"`` (may keep none).
+        threshold: keep only nodes with calibrated P(evidence) >= it (may keep none).
+        min_p: keep none when P(some node holds the evidence) is below it.
         reuse_embeddings: reuse node and query embeddings (they must come from the
             selector's encoder).
     """
 
-    top_n: int = 3
+    top_n: int | str = 3
     reuse_embeddings: bool = True
+    threshold: float | None = None
+    min_p: float | None = None
     _selector: Any = PrivateAttr()
 
-    def __init__(self, selector: Any, top_n: int = 3, reuse_embeddings: bool = True, **kwargs: Any) -> None:
+    def __init__(self, selector: Any, top_n: int | str = 3, reuse_embeddings: bool = True, **kwargs: Any) -> None:
         super().__init__(top_n=top_n, reuse_embeddings=reuse_embeddings, **kwargs)
         self._selector = as_chunk_selector(selector)
 
     @classmethod
-    def from_path(cls, path: str | Path, top_n: int = 3, **load_kwargs: Any) -> ChunkselNodePostprocessor:
-        return cls(as_chunk_selector(path, **load_kwargs), top_n=top_n)
+    def from_path(cls, path: str | Path, top_n: int | str = 3, **load_kwargs: Any) -> ChunkselNodePostprocessor:
+        rule = {n: load_kwargs.pop(n) for n in ("threshold", "min_p") if n in load_kwargs}
+        return cls(as_chunk_selector(path, **load_kwargs), top_n=top_n, **rule)
 
     @classmethod
     def class_name(cls) -> str:
@@ -76,5 +84,6 @@ class ChunkselNodePostprocessor(BaseNodePostprocessor):
             [n.node.embedding for n in nodes] if reuse else None,
             [n.score for n in nodes],
             query_embedding=query_bundle.embedding if reuse else None,
+            threshold=self.threshold, min_p=self.min_p,
         )
         return [NodeWithScore(node=nodes[c.index].node, score=c.score) for c in res.selected]

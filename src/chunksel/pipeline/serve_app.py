@@ -167,15 +167,21 @@ def _settle(fut: asyncio.Future, result: Any, error: BaseException | None) -> No
 
 
 def _select_many(cs: Any, items: list[dict[str, Any]]) -> list[Any]:
-    """One ``select_batch`` over parsed requests; each result keeps its own ``k``."""
+    """One ``select_batch`` over parsed requests; each result keeps its own ``k``,
+    ``threshold`` and ``min_p`` (:func:`chunksel.pipeline.select_rules.restrict`)."""
     import warnings
 
     from chunksel.errors import UnscoredChunksWarning
+    from chunksel.pipeline.select_rules import check_rule, restrict
 
+    cal = getattr(cs, "calibrator", None)
+    for it in items:
+        check_rule(it["k"], it.get("threshold"), it.get("min_p"), cal, cs.name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnscoredChunksWarning)  # reported as n_scored
         res = cs.select_batch(
-            [it["question"] for it in items], [it["chunks"] for it in items], max(it["k"] for it in items),
+            [it["question"] for it in items], [it["chunks"] for it in items],
+            max(len(it["chunks"]) if it["k"] == "auto" else it["k"] for it in items),
             chunk_embeddings=[it.get("chunk_embeddings") for it in items],
             question_embeddings=[it.get("question_embedding") for it in items],
             chunk_scores=[it.get("chunk_scores") for it in items],
@@ -183,7 +189,7 @@ def _select_many(cs: Any, items: list[dict[str, Any]]) -> list[Any]:
             titles=[it.get("titles") for it in items],
         )
     for it, r in zip(items, res, strict=True):
-        r.selected = r.selected[: it["k"]]
+        restrict(r, it["k"], it.get("threshold"), it.get("min_p"), None if cal is None else cal.auto_threshold)
     return res
 
 

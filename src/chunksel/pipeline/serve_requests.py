@@ -125,8 +125,8 @@ def parse_select(obj: Any, s: ServeSettings, where: str = "") -> dict[str, Any]:
     """A select request -> keyword arguments of ``select_batch`` for one question."""
     if not isinstance(obj, dict):
         raise ApiError(422, "invalid_request", f"{where}expected a JSON object", field=where.rstrip(": ") or "body")
-    known = {"question", "chunks", "k", "chunk_embeddings", "question_embedding", "chunk_scores", "features",
-             "titles", "max_new_tokens"}
+    known = {"question", "chunks", "k", "threshold", "min_p", "chunk_embeddings", "question_embedding",
+             "chunk_scores", "features", "titles", "max_new_tokens"}
     unknown = sorted(set(obj) - known)
     if unknown:
         raise ApiError(422, "invalid_request", f"{where}unknown field(s): {', '.join(unknown)}",
@@ -153,10 +153,15 @@ def parse_select(obj: Any, s: ServeSettings, where: str = "") -> dict[str, Any]:
             raise ApiError(413, "limit_exceeded", f"{where}chunks[{j}] has {len(c)} characters; the limit is "
                            f"{s.max_chunk_chars}", limit="max_chunk_chars", max=s.max_chunk_chars)
     k = obj.get("k", 1)
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= s.max_chunks:
-        raise ApiError(422, "invalid_request", f"{where}'k' must be a whole number in [1, {s.max_chunks}]",
-                       limit="max_chunks", field="k")
+    if k != "auto" and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= s.max_chunks):
+        raise ApiError(422, "invalid_request", f"{where}'k' must be a whole number in [1, {s.max_chunks}] "
+                       'or "auto"', limit="max_chunks", field="k")
     out: dict[str, Any] = {"question": q, "chunks": chunks, "k": k}
+    for key in ("threshold", "min_p"):  # k="auto", threshold, min_p: chunksel.pipeline.select_rules
+        v = obj.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1):
+            raise ApiError(422, "invalid_request", f"{where}'{key}' must be a probability in [0, 1]", field=key)
+        out[key] = None if v is None else float(v)
     for key in ("chunk_embeddings", "question_embedding", "chunk_scores", "titles"):
         if obj.get(key) is not None:
             out[key] = _array(obj[key], key, where) if key != "titles" else _strings(obj[key], key, where)

@@ -2,9 +2,11 @@
 
 Endpoints (JSON in, JSON out; every error is ``{"error": CODE, "message": TEXT, ...}``):
 
-- ``POST /select`` ``{"question", "chunks": [str], "k"?, "chunk_embeddings"?,
-  "question_embedding"?, "chunk_scores"?, "features"?: {"h", "r"}, "titles"?}`` -> the
-  :class:`~chunksel.pipeline.chunk_selector.ChunkSelection` as JSON.
+- ``POST /select`` ``{"question", "chunks": [str], "k"?, "threshold"?, "min_p"?,
+  "chunk_embeddings"?, "question_embedding"?, "chunk_scores"?, "features"?: {"h", "r"},
+  "titles"?}`` -> the :class:`~chunksel.pipeline.chunk_selector.ChunkSelection` as JSON
+  (``k`` a whole number or ``"auto"``; ``k="auto"``, ``threshold`` and ``min_p`` need a
+  calibrated selector and may select nothing: ``"selected": []``, ``"abstained": true``).
 - ``POST /select/batch`` ``{"items": [select request, ...]}`` -> ``{"results": [...]}``
   (one pass through the encoder, the warm-up and the selector).
 - ``POST /answer`` ``{"question", "chunks", "max_new_tokens"?}`` -> ``{"answer",

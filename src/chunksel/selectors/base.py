@@ -17,6 +17,10 @@ Contract (DESIGN.md "One selector interface"):
   (:mod:`chunksel.selectors.provenance`); ``save`` writes it under ``"provenance"``,
   together with the corpus statistics the selector reads (``corpus_stats/``), and
   ``load`` reads it back.
+- Calibration: a finished fit given a validation split also fits ``calibrator_``
+  (:mod:`chunksel.selectors.calibration`) on it: :meth:`Selector.probabilities` maps
+  scores to P(evidence) per chunk and P(some chunk holds it) per set. Scores are never
+  changed; ``save`` writes ``calibration.json`` and ``load`` reads it.
 
 This module never imports torch.
 """
@@ -32,6 +36,7 @@ import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -46,6 +51,8 @@ from chunksel.types import Instance, Selection, candidate_mask
 
 FORMAT_VERSION = 1
 S = TypeVar("S", bound="Selector")
+#: > 0 inside a selector's fit: only the outermost fit calibrates (not the inner rankers)
+_FIT_DEPTH: ContextVar[int] = ContextVar("_FIT_DEPTH", default=0)
 
 
 class QuestionFeatures(Protocol):
@@ -73,6 +80,11 @@ class Selector(ABC):
     #: "warmup" (the generator's question-only pass, which generation needs anyway) or
     #: "warmup+bm25" (both) or "llm" (LLM calls per query: the rankgpt / utility selectors)
     query_cost: ClassVar[str] = "none"
+    #: what the calibrator maps to probabilities: the selector's ``"score"`` or the
+    #: candidates' ``"retrieval_score"`` (the retrieval-order selector, whose score is -rank)
+    calibration_source: ClassVar[str] = "score"
+    #: the calibrator fitted on the validation split (None: not calibrated)
+    calibrator_: Any = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -111,7 +123,21 @@ class Selector(ABC):
         """Learn from ``train`` (and ``val`` for early stopping); returns ``self``."""
         self.fitted_ = True
         record_provenance(self, train, features)
+        if _FIT_DEPTH.get() == 0:
+            from chunksel.selectors.calibration import calibrate_after_fit
+
+            calibrate_after_fit(self, val, features)
         return self
+
+    def probabilities(
+        self, batch: Sequence[Instance], features: QuestionFeatures | None = None, scores: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Calibrated ``(chunk P(evidence) (B, K), NaN at padding; set P(answerable) (B,))``;
+        ``scores``: this selector's :meth:`score` of ``batch`` if computed. NotFittedError
+        without a calibrator (fit with a validation split)."""
+        from chunksel.selectors.calibration import selector_probabilities
+
+        return selector_probabilities(self, batch, features, scores)
 
     def n_parameters(self) -> int:
         """Trainable parameters of the fitted selector (0 for selectors that learn nothing)."""
@@ -201,6 +227,10 @@ class Selector(ABC):
         staging = Path(tempfile.mkdtemp(prefix=".saving-", dir=path))
         try:
             self._save_state(staging)
+            if self.calibrator_ is not None:
+                from chunksel.selectors.calibration import write_calibration
+
+                write_calibration(self.calibrator_, staging)
             if provenance.get("corpora") and "corpus_stats" in selector_inputs(self):
                 from chunksel.selectors.bm25_stats import bundle_corpus_stats
 
@@ -241,6 +271,9 @@ class Selector(ABC):
             raise DataError(f"{cfg_path}: {err}") from None
         obj._load_state(path, config.get("state", {}))
         obj.fitted_ = True
+        from chunksel.selectors.calibration import read_calibration
+
+        obj.calibrator_ = read_calibration(path)
         prov = config.get("provenance")
         obj.provenance_ = dict(prov) if isinstance(prov, dict) else {}
         return obj
@@ -283,10 +316,18 @@ def _recording_fit(fit):
 
     @functools.wraps(fit)
     def wrapper(self, *args: Any, **kwargs: Any):
-        out = fit(self, *args, **kwargs)
+        token = _FIT_DEPTH.set(_FIT_DEPTH.get() + 1)
+        try:
+            out = fit(self, *args, **kwargs)
+        finally:
+            _FIT_DEPTH.reset(token)
         train = args[0] if args else kwargs.get("train")
         features = args[1] if len(args) > 1 else kwargs.get("features")
         record_provenance(self, train, features)
+        if _FIT_DEPTH.get() == 0:
+            from chunksel.selectors.calibration import calibrate_after_fit
+
+            calibrate_after_fit(self, args[2] if len(args) > 2 else kwargs.get("val"), features)
         return out
 
     wrapper._records_provenance = True

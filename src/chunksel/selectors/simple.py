@@ -13,13 +13,18 @@ from chunksel.types import Instance
 
 
 class RetrievalSelector(Selector):
-    """Keep the retriever's order (the plain RAG baseline): score = -rank."""
+    """Keep the retriever's order (the plain RAG baseline): score = -rank.
+
+    Its calibrator (fitted when ``fit`` gets a validation split) reads the candidates'
+    retrieval scores, not ``-rank``: the retriever's cosine is what carries confidence.
+    """
 
     name = "retrieval"
     display_name = "RAG baseline (retrieval order)"
     family = "retrieval"
     role = "baseline"
     requires_fit = False
+    calibration_source = "retrieval_score"
 
     def __init__(self) -> None:
         pass

@@ -95,6 +95,18 @@ def test_selector_contract(name: str, tmp_path: Path, toy_instances: list[Instan
     assert type(again) is cls
     np.testing.assert_array_equal(again.score(batch, feats), scores)
 
+    # every selector but the LLM ones is calibrated on the validation split by fit
+    if cls.query_cost == "llm":
+        assert sel.calibrator_ is None
+        return
+    chunk_p, set_p = sel.probabilities(batch, feats)
+    assert np.all((chunk_p[mask] >= 0) & (chunk_p[mask] <= 1)) and np.isnan(chunk_p[~mask]).all()
+    assert set_p.shape == (len(batch),) and np.all((set_p >= 0) & (set_p <= 1))
+    assert again.provenance_["calibration"]["label_source"] == "containment"
+    p2, s2 = again.probabilities(batch, feats)
+    np.testing.assert_array_equal(p2, chunk_p)
+    np.testing.assert_array_equal(s2, set_p)
+
 
 @pytest.mark.parametrize("name", available())
 def test_selector_reports_trainable_parameters(name: str, tmp_path: Path, toy_instances: list[Instance]) -> None:

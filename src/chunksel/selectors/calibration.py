@@ -1,0 +1,360 @@
+"""Calibrated evidence probabilities for any selector, fitted on the validation split only.
+
+A :class:`Calibrator` turns a selector's scores into two probabilities, leaving the scores
+themselves (and so every ranking) untouched:
+
+- per chunk, P(the chunk holds the evidence): a monotone map of the chunk's score,
+  isotonic regression or Platt scaling (scikit-learn), whichever has the lower Brier score
+  out of fold on the validation sets (5-fold, grouped by set);
+- per set, P(some chunk of the set holds the evidence), calibrated as its own quantity:
+  a logistic model over the set's sorted scores (top score, second score, their gap, the
+  mean), compared out of fold with the maximum and the noisy-or of the chunk
+  probabilities; the lowest Brier score is kept and the choice is recorded.
+
+The default operating point of ``k="auto"`` is chosen on the same out-of-fold
+probabilities: the highest chunk-probability threshold whose evidence recall (answerable
+validation sets with a kept positive) reaches that of a fixed ``k=2``.
+
+The retrieval-order selector scores ``-rank``; its calibrator reads the candidates'
+retrieval scores instead (``source="retrieval_score"``: the retriever's cosine).
+
+Fitting refuses any instance of the test split (:class:`~chunksel.errors.DataError`).
+Predicting needs numpy only (the maps are stored as thresholds and coefficients), so a
+saved and reloaded calibrator gives bit-identical probabilities. The record is saved as
+``calibration.json`` beside the selector (checksummed like its other state files).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunksel.errors import DataError, NotFittedError
+from chunksel.types import Instance, label_matrix
+
+CALIBRATION_FILE = "calibration.json"
+CALIBRATION_VERSION = 1
+N_FOLDS = 5
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(z, -500, 500)))
+
+
+@dataclass
+class ScoreMap:
+    """A monotone map from a score to a probability (isotonic or Platt)."""
+
+    method: str
+    x: list[float] = field(default_factory=list)  # isotonic thresholds
+    y: list[float] = field(default_factory=list)
+    coef: float = 0.0  # Platt: sigmoid(coef * (s - mean) / scale + intercept)
+    intercept: float = 0.0
+    mean: float = 0.0
+    scale: float = 1.0
+
+    def __call__(self, s: np.ndarray) -> np.ndarray:
+        s = np.asarray(s, dtype=np.float64)
+        if self.method == "isotonic":
+            return np.interp(s, self.x, self.y)
+        return _sigmoid(self.coef * (s - self.mean) / self.scale + self.intercept)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "x": self.x, "y": self.y, "coef": self.coef,
+                "intercept": self.intercept, "mean": self.mean, "scale": self.scale}
+
+
+def fit_score_map(s: np.ndarray, y: np.ndarray, method: str) -> ScoreMap:
+    """Fit an ``"isotonic"`` or ``"platt"`` map of scores ``s`` to 0/1 outcomes ``y``."""
+    s = np.asarray(s, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if method == "isotonic":
+        from sklearn.isotonic import IsotonicRegression
+
+        iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(s, y)
+        return ScoreMap("isotonic", x=[float(v) for v in iso.X_thresholds_], y=[float(v) for v in iso.y_thresholds_])
+    if method == "platt":
+        from sklearn.linear_model import LogisticRegression
+
+        mean, scale = float(s.mean()), float(s.std()) or 1.0
+        lr = LogisticRegression(C=1e4).fit(((s - mean) / scale)[:, None], y)
+        return ScoreMap("platt", coef=float(lr.coef_[0, 0]), intercept=float(lr.intercept_[0]), mean=mean, scale=scale)
+    raise ValueError(f"unknown calibration method {method!r}")
+
+
+def set_features(scores: np.ndarray) -> np.ndarray:
+    """(B, 4) per set: top score, second score (the top again if alone), gap, mean score."""
+    out = np.zeros((scores.shape[0], 4))
+    for b, row in enumerate(scores):
+        r = np.sort(row[np.isfinite(row)])[::-1]
+        second = r[1] if len(r) > 1 else r[0]
+        out[b] = (r[0], second, r[0] - second, r.mean())
+    return out
+
+
+@dataclass
+class SetModel:
+    """P(some chunk holds the evidence) of a set: ``"logistic"``, ``"max"`` or ``"noisy_or"``."""
+
+    method: str
+    coef: list[float] = field(default_factory=list)
+    intercept: float = 0.0
+    mean: list[float] = field(default_factory=list)
+    scale: list[float] = field(default_factory=list)
+
+    def __call__(self, scores: np.ndarray, chunk_p: np.ndarray) -> np.ndarray:
+        if self.method == "max":
+            return np.nanmax(chunk_p, axis=1)
+        if self.method == "noisy_or":
+            return 1.0 - np.prod(np.where(np.isnan(chunk_p), 1.0, 1.0 - chunk_p), axis=1)
+        z = (set_features(scores) - np.asarray(self.mean)) / np.asarray(self.scale)
+        return _sigmoid(z @ np.asarray(self.coef) + self.intercept)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "coef": self.coef, "intercept": self.intercept,
+                "mean": self.mean, "scale": self.scale}
+
+
+def fit_set_model(scores: np.ndarray, answerable: np.ndarray, method: str) -> SetModel:
+    if method != "logistic":
+        return SetModel(method)
+    from sklearn.linear_model import LogisticRegression
+
+    x = set_features(scores)
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale == 0] = 1.0
+    lr = LogisticRegression(C=1.0).fit((x - mean) / scale, answerable)
+    return SetModel("logistic", coef=[float(v) for v in lr.coef_[0]], intercept=float(lr.intercept_[0]),
+                    mean=[float(v) for v in mean], scale=[float(v) for v in scale])
+
+
+@dataclass
+class Calibrator:
+    """The fitted chunk map, set model and ``k="auto"`` operating point of one selector."""
+
+    chunk: ScoreMap
+    set: SetModel
+    auto_threshold: float
+    source: str = "score"
+    label_source: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def chunk_probabilities(self, scores: np.ndarray) -> np.ndarray:
+        """(B, K) P(evidence), NaN at padded (non-finite) slots."""
+        scores = np.asarray(scores, dtype=np.float64)
+        p = self.chunk(np.where(np.isfinite(scores), scores, 0.0))
+        return np.where(np.isfinite(scores), np.clip(p, 0.0, 1.0), np.nan)
+
+    def set_probabilities(self, scores: np.ndarray, chunk_p: np.ndarray | None = None) -> np.ndarray:
+        """(B,) P(some chunk holds the evidence)."""
+        scores = np.asarray(scores, dtype=np.float64)
+        if chunk_p is None:
+            chunk_p = self.chunk_probabilities(scores)
+        return np.clip(self.set(scores, chunk_p), 0.0, 1.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": CALIBRATION_VERSION, "source": self.source, "label_source": self.label_source,
+                "split": "val", "chunk": self.chunk.to_dict(), "set": self.set.to_dict(),
+                "auto_threshold": self.auto_threshold, "info": self.info}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = CALIBRATION_FILE) -> Calibrator:
+        try:
+            if d.get("version") != CALIBRATION_VERSION:
+                raise DataError(f"{where}: calibration version {d.get('version')!r} is not supported")
+            return cls(chunk=ScoreMap(**d["chunk"]), set=SetModel(**d["set"]),
+                       auto_threshold=float(d["auto_threshold"]), source=d.get("source", "score"),
+                       label_source=d.get("label_source", ""), info=dict(d.get("info") or {}))
+        except (KeyError, TypeError, ValueError) as err:
+            raise DataError(f"corrupt checkpoint {where}: malformed calibration ({err})") from None
+
+
+# ------------------------------------------------------------------ fitting
+def calibration_scores(selector: Any, batch: Sequence[Instance], features: Any = None) -> np.ndarray:
+    """(B, K) the scores a selector's calibrator reads: its own, or the retrieval scores."""
+    if getattr(selector, "calibration_source", "score") != "retrieval_score":
+        return selector.score(batch, features)
+    return retrieval_score_matrix(batch)
+
+
+def retrieval_score_matrix(batch: Sequence[Instance]) -> np.ndarray:
+    """(B, K) the candidates' retrieval scores, ``-inf`` at padded slots."""
+    k = max((len(i.candidates) for i in batch), default=0)
+    out = np.full((len(batch), k), -np.inf)
+    for b, inst in enumerate(batch):
+        s = np.array([c.score for c in inst.candidates], dtype=np.float64)
+        if not np.isfinite(s).all():
+            raise DataError(f"instance {inst.id!r}: candidates without retrieval scores (this calibrator reads them)")
+        out[b, : len(s)] = s
+    return out
+
+
+def check_split(instances: Sequence[Instance]) -> None:
+    """Raise unless no instance belongs to the test split (calibration sees validation only)."""
+    bad = [i.id for i in instances if i.split == "test"]
+    if bad:
+        raise DataError(f"calibration must not see the test split: {len(bad)} test instances given "
+                        f"(first {bad[0]!r}); fit the calibrator on the validation split")
+
+
+def _folds(n: int, n_folds: int) -> np.ndarray:
+    return np.arange(n) % max(2, min(n_folds, n))
+
+
+def _brier(y: np.ndarray, p: np.ndarray) -> float:
+    return float(np.mean((p - y) ** 2))
+
+
+def _auto_threshold(chunk_p: np.ndarray, labels: np.ndarray, scores: np.ndarray) -> tuple[float, dict[str, float]]:
+    """The highest threshold whose evidence recall reaches fixed k=2's, on these sets."""
+    ans = labels.any(axis=1)
+    order = np.argsort(-np.where(np.isfinite(scores), scores, -np.inf), axis=1, kind="stable")
+    top2 = np.take_along_axis(labels, order[:, :2], axis=1).any(axis=1)
+    target = float(top2[ans].mean()) if ans.any() else 1.0
+    real = np.isfinite(chunk_p)
+    best = (float(np.nanmin(chunk_p)), 0.0, 0.0)
+    for t in np.unique(chunk_p[real])[::-1]:
+        kept = real & (chunk_p >= t)
+        recall = float((kept & (labels > 0)).any(axis=1)[ans].mean()) if ans.any() else 1.0
+        if recall >= target - 1e-12:
+            best = (float(t), recall, float(kept.sum(axis=1).mean()))
+            break
+    return best[0], {"k2_recall": target, "auto_recall": best[1], "auto_mean_kept": best[2]}
+
+
+def fit_calibrator(
+    scores: np.ndarray, labels: np.ndarray, *, source: str = "score", label_source: str = "", seed: int = 0
+) -> Calibrator:
+    """Fit a :class:`Calibrator` on validation scores ``(B, K)`` (``-inf`` padded) and labels.
+
+    Raises:
+        DataError: no positive or no negative chunk (nothing to calibrate against).
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.int8)
+    real = np.isfinite(scores)
+    y = labels[real].astype(np.float64)
+    if y.min(initial=1) == y.max(initial=0):
+        raise DataError("calibration needs validation chunks with and without evidence")
+    perm = np.random.default_rng(seed).permutation(len(scores))
+    fold_of = np.empty(len(scores), dtype=int)
+    fold_of[perm] = _folds(len(scores), N_FOLDS)
+    info: dict[str, Any] = {"n_sets": int(len(scores)), "n_chunks": int(real.sum()),
+                            "answerable": float(labels.any(axis=1).mean())}
+    ans = labels.any(axis=1).astype(np.float64)
+
+    oof = {m: np.full(scores.shape, np.nan) for m in ("isotonic", "platt")}
+    for f in np.unique(fold_of):
+        tr, te = fold_of != f, fold_of == f
+        if labels[tr][real[tr]].min() == labels[tr][real[tr]].max():
+            continue
+        for m in oof:
+            mp = fit_score_map(scores[tr][real[tr]], labels[tr][real[tr]], m)
+            oof[m][te] = np.where(real[te], mp(np.where(real[te], scores[te], 0.0)), np.nan)
+    ok = np.isfinite(oof["isotonic"]) & real
+    briers = {m: _brier(labels[ok], oof[m][ok]) for m in oof}
+    chunk_method = min(briers, key=briers.get)
+    info["chunk_brier_oof"] = briers
+    chunk_oof = np.where(real, oof[chunk_method], np.nan)
+
+    set_oof = {m: np.full(len(scores), np.nan) for m in ("logistic", "max", "noisy_or")}
+    have = np.isfinite(chunk_oof).any(axis=1)
+    for f in np.unique(fold_of):
+        tr, te = (fold_of != f) & have, (fold_of == f) & have
+        if not te.any() or ans[tr].min(initial=1) == ans[tr].max(initial=0):
+            continue
+        for m in set_oof:
+            set_oof[m][te] = fit_set_model(scores[tr], ans[tr], m)(scores[te], chunk_oof[te])
+    okb = np.isfinite(set_oof["logistic"])
+    set_briers = {m: _brier(ans[okb], set_oof[m][okb]) if okb.any() else float("inf") for m in set_oof}
+    set_method = min(set_briers, key=set_briers.get)
+    if ans.min() == ans.max():  # every validation set answerable (or none): nothing to learn per set
+        set_method = "max"
+    info["set_brier_oof"] = set_briers
+    info["set_method_chosen_over"] = sorted(m for m in set_briers if m != set_method)
+
+    chunk = fit_score_map(scores[real], labels[real], chunk_method)
+    set_model = fit_set_model(scores, ans, set_method)
+    pick = np.isfinite(chunk_oof).any(axis=1)
+    t, op = _auto_threshold(chunk_oof[pick], labels[pick], scores[pick])
+    info["auto_operating_point"] = op
+    return Calibrator(chunk=chunk, set=set_model, auto_threshold=t, source=source,
+                      label_source=label_source, info=info)
+
+
+def calibrate_selector(selector: Any, val: Sequence[Instance], features: Any = None) -> Calibrator:
+    """Fit ``selector``'s calibrator on validation instances ``val`` (never the test split)."""
+    val = list(val)
+    check_split(val)
+    if not val:
+        raise DataError("calibration needs validation instances")
+    spec = getattr(selector, "label", None) or None
+    scores = calibration_scores(selector, val, features)
+    labels = label_matrix(val, spec, scores.shape[1])
+    label_source = spec or ",".join(sorted({i.label_source for i in val}))
+    return fit_calibrator(scores, labels, source=getattr(selector, "calibration_source", "score"),
+                          label_source=label_source, seed=int(getattr(selector, "seed", 0) or 0))
+
+
+# ------------------------------------------------------- the selector's hooks
+def calibrate_after_fit(selector: Any, val: Sequence[Instance] | None, features: Any = None) -> None:
+    """Set ``selector.calibrator_`` from ``val`` after a fit (None without ``val``; never for
+    the LLM selectors, whose scoring calls an LLM). A validation split it cannot calibrate
+    on (one class only, no retrieval scores, no scikit-learn, or instances of the test
+    split, which :func:`calibrate_selector` refuses) leaves None with a warning. The
+    provenance records the calibration."""
+    selector.calibrator_ = None
+    if not val or getattr(selector, "query_cost", "none") == "llm":
+        return
+    try:
+        cal = calibrate_selector(selector, val, features)
+    except DataError as err:  # e.g. instances marked split="test" (Instance's default) passed as val
+        warnings.warn(f"{selector.name}: not calibrated: {err}", stacklevel=4)
+        return
+    except ImportError as err:
+        warnings.warn(f"{selector.name}: not calibrated: {err} (calibration needs scikit-learn)", stacklevel=4)
+        return
+    selector.calibrator_ = cal
+    prov = dict(getattr(selector, "provenance_", None) or {})
+    prov["calibration"] = {"split": "val", "label_source": cal.label_source, "source": cal.source,
+                           "n_sets": cal.info.get("n_sets"), "chunk_method": cal.chunk.method,
+                           "set_method": cal.set.method}
+    selector.provenance_ = prov
+
+
+def selector_probabilities(
+    selector: Any, batch: Sequence[Instance], features: Any = None, scores: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`chunksel.selectors.base.Selector.probabilities`."""
+    cal = selector.calibrator_
+    if cal is None:
+        raise NotFittedError(f"selector {selector.name!r} is not calibrated: fit it with a validation split (val=)")
+    if cal.source != "score" or scores is None:
+        scores = calibration_scores(selector, batch, features)
+    chunk_p = cal.chunk_probabilities(scores)
+    return chunk_p, cal.set_probabilities(scores, chunk_p)
+
+
+def write_calibration(cal: Calibrator, folder: str | Path) -> None:
+    """Write ``calibration.json`` into a saved selector's (staging) folder."""
+    (Path(folder) / CALIBRATION_FILE).write_text(json.dumps(cal.to_dict(), indent=1))
+
+
+def read_calibration(folder: str | Path) -> Calibrator | None:
+    """The calibrator saved in ``folder`` (None when it has none)."""
+    file = Path(folder) / CALIBRATION_FILE
+    if not file.is_file():
+        return None
+    try:
+        d = json.loads(file.read_text())
+    except json.JSONDecodeError as err:
+        raise DataError(f"corrupt checkpoint {file}: {err.msg}") from None
+    if not isinstance(d, dict):
+        raise DataError(f"corrupt checkpoint {file}: not a JSON object")
+    return Calibrator.from_dict(d, str(file))

@@ -1,0 +1,146 @@
+"""Calibrators: validation only (an instrumented split check), monotone maps, probabilities
+in [0, 1] and JSON-safe, identical after save/reload, scores left untouched."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from tests.conftest import make_toy_instances
+
+from chunksel.errors import DataError, NotFittedError
+from chunksel.selectors import load_selector
+from chunksel.selectors.calibration import (
+    Calibrator,
+    calibrate_selector,
+    fit_calibrator,
+    fit_score_map,
+)
+from chunksel.selectors.simple import RetrievalSelector
+from chunksel.selectors.sras import SRASSelector
+
+
+def _instances(n: int = 200, seed: int = 0):
+    """Toy sets, about half without any positive; the positive's retrieval score and
+    embedding direction carry a noisy signal."""
+    insts = make_toy_instances(n, seed=seed)
+    rng = np.random.default_rng(seed)
+    good = np.eye(8, dtype=np.float32)[0]
+    for inst in insts:
+        unanswerable = rng.random() < 0.5
+        for c in inst.candidates:
+            if unanswerable:
+                c.labels["containment"] = 0
+            y = c.labels["containment"]
+            c.score = float(0.3 + 0.1 * rng.normal() + 0.25 * y)
+            if y:
+                v = good + 0.6 * rng.normal(size=8).astype(np.float32)
+                c.embedding = v / np.linalg.norm(v)
+    return insts
+
+
+def _splits(insts):
+    return ([i for i in insts if i.split == "train"], [i for i in insts if i.split == "val"],
+            [i for i in insts if i.split == "test"])
+
+
+class SplitSpy(list):
+    """A validation list that records which splits the calibrator read."""
+
+    seen: set[str] = set()
+
+    def __iter__(self):
+        for inst in super().__iter__():
+            SplitSpy.seen.add(inst.split)
+            yield inst
+
+
+def test_calibrator_sees_only_validation_and_refuses_test():
+    train, val, test = _splits(_instances())
+    SplitSpy.seen = set()
+    sel = RetrievalSelector().fit(train, None, SplitSpy(val))
+    assert sel.calibrator_ is not None and SplitSpy.seen == {"val"}
+    with pytest.raises(DataError, match="must not see the test split"):
+        calibrate_selector(RetrievalSelector(), val + test[:1])
+    # fit() given test instances as its validation split trains, but never calibrates on them
+    with pytest.warns(UserWarning, match="not calibrated: calibration must not see the test split"):
+        sel = SRASSelector(hidden=8, warmup_epochs=1, ppo_epochs=0, progress=False).fit(train, None, test)
+    assert sel.is_fitted() and sel.calibrator_ is None
+
+
+def test_score_maps_are_monotone_and_in_unit_interval():
+    rng = np.random.default_rng(1)
+    s = rng.normal(size=400)
+    y = (rng.random(400) < 1 / (1 + np.exp(-2 * s))).astype(float)
+    grid = np.linspace(-6, 6, 500)
+    for method in ("isotonic", "platt"):
+        p = fit_score_map(s, y, method)(grid)
+        assert np.all(np.diff(p) >= 0), method
+        assert p.min() >= 0 and p.max() <= 1
+    with pytest.raises(ValueError, match="unknown calibration method"):
+        fit_score_map(s, y, "beta")
+
+
+def test_fit_calibrator_records_its_choices_and_an_auto_operating_point():
+    rng = np.random.default_rng(2)
+    labels = np.zeros((300, 5), dtype=np.int8)
+    ans = rng.random(300) < 0.4
+    labels[ans, rng.integers(0, 5, ans.sum())] = 1
+    scores = rng.normal(size=(300, 5)) + 1.5 * labels
+    scores[0, 4] = -np.inf  # padding
+    cal = fit_calibrator(scores, labels, label_source="containment")
+    assert cal.chunk.method in ("isotonic", "platt") and cal.set.method in ("logistic", "max", "noisy_or")
+    assert set(cal.info["set_brier_oof"]) == {"logistic", "max", "noisy_or"}
+    op = cal.info["auto_operating_point"]
+    assert op["auto_recall"] >= op["k2_recall"] and 0 < cal.auto_threshold < 1
+    p = cal.chunk_probabilities(scores)
+    assert np.isnan(p[0, 4]) and np.all((p[np.isfinite(p)] >= 0) & (p[np.isfinite(p)] <= 1))
+    ps = cal.set_probabilities(scores)
+    assert ps.shape == (300,) and np.all((ps >= 0) & (ps <= 1))
+    d = json.loads(json.dumps(cal.to_dict(), allow_nan=False))  # JSON-safe
+    assert d["label_source"] == "containment" and d["split"] == "val"
+    np.testing.assert_array_equal(Calibrator.from_dict(d).set_probabilities(scores), ps)
+    with pytest.raises(DataError, match="with and without evidence"):
+        fit_calibrator(scores, np.zeros_like(labels))
+
+
+def test_trained_selector_is_calibrated_after_fit_and_reloads_identically(tmp_path):
+    train, val, test = _splits(_instances())
+    sel = SRASSelector(hidden=16, warmup_epochs=30, warmup_lr=1e-2, ppo_epochs=0, progress=False)
+    uncalibrated = SRASSelector(hidden=16, warmup_epochs=30, warmup_lr=1e-2, ppo_epochs=0, progress=False).fit(train)
+    sel.fit(train, None, val)
+    # calibration is an add-on: the scores are those of the same fit without it
+    np.testing.assert_array_equal(sel.score(test), uncalibrated.score(test))
+    with pytest.raises(NotFittedError, match="not calibrated"):
+        uncalibrated.probabilities(test)
+    chunk_p, set_p = sel.probabilities(test)
+    real = np.isfinite(sel.score(test))
+    assert np.all(np.isnan(chunk_p[~real])) and np.all((chunk_p[real] >= 0) & (chunk_p[real] <= 1))
+    assert sel.provenance_["calibration"]["label_source"] == "containment"
+    assert sel.provenance_["calibration"]["split"] == "val"
+    sel.save(tmp_path / "m")
+    assert "calibration.json" in json.loads((tmp_path / "m" / "config.json").read_text())["checksums"]
+    again = load_selector(tmp_path / "m")
+    p2, s2 = again.probabilities(test)
+    np.testing.assert_array_equal(p2, chunk_p)
+    np.testing.assert_array_equal(s2, set_p)
+    assert again.provenance_["calibration"]["label_source"] == "containment"
+    # a damaged calibration file is a corrupt checkpoint
+    (tmp_path / "m" / "calibration.json").write_text("{}")
+    with pytest.raises(DataError, match="corrupt checkpoint"):
+        load_selector(tmp_path / "m")
+
+
+def test_retrieval_order_is_calibrated_on_its_retrieval_scores(tmp_path):
+    train, val, test = _splits(_instances())
+    sel = RetrievalSelector().fit(train, None, val)
+    assert sel.calibrator_.source == "retrieval_score"
+    _, set_p = sel.probabilities(test)
+    answerable = np.array([i.answerable() for i in test])
+    # the top retrieval score carries the planted signal: answerable sets rank higher
+    assert set_p[answerable].mean() > set_p[~answerable].mean()
+    sel.save(tmp_path / "r")
+    np.testing.assert_array_equal(load_selector(tmp_path / "r").probabilities(test)[1], set_p)
+    # no validation split: no calibrator, and saving writes none
+    assert RetrievalSelector().fit(train).calibrator_ is None

@@ -80,7 +80,7 @@ def check_settings(args: argparse.Namespace) -> None:
 
     for name in COUNTS:
         value = getattr(args, name, None)
-        if value is not None and value < 1:
+        if value is not None and value != "auto" and value < 1:  # select --top auto
             hint = " (leave it out for no limit)" if name == "threads" else ""
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}{hint}")
     if not 0 <= args.seed < 2**32:

@@ -27,9 +27,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--question", required=True)
     p.add_argument("--chunk", action="append", default=[], help="a candidate chunk text (repeatable)")
     p.add_argument("--chunks-file", default=None, help="a UTF-8 text file with one chunk per line")
-    p.add_argument("--top", type=int, default=1,
-                   help="chunks to return (>= 1, default 1); only the model's first K chunks are scored: "
-                        "the rest get null scores and a warning")
+    p.add_argument("--top", type=_top, default=1, metavar="N|auto",
+                   help="chunks to return (>= 1, default 1), or auto: every chunk whose calibrated probability "
+                        "passes the model's operating point (may be none); only the model's first K chunks are "
+                        "scored: the rest get null scores and a warning")
+    p.add_argument("--threshold", type=float, default=None, metavar="P",
+                   help="keep only chunks with calibrated P(evidence) >= P (may keep none)")
+    p.add_argument("--min-p", type=float, default=None, metavar="P",
+                   help="keep no chunk when P(some chunk holds the evidence) is below P (abstain)")
     p.add_argument("--engine", default=None, choices=["torch", "onnxruntime"],
                    help="inference engine (default: the one saved with the model, torch)")
     p.add_argument("--quantize", default=None, choices=["fp32", "int8", "int8w"],
@@ -37,6 +42,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", default=None,
                    help="BM25-based selectors: score with this corpus's statistics (a name or a passage "
                         "TSV/JSONL file) instead of those saved with the model")
+
+
+def _top(value: str) -> int | str:
+    """``--top``: a whole number, or ``auto``."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {value!r}") from None
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -57,6 +72,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.selector:
         if args.model:
             raise ConfigError("give --model (a saved selector) or --selector (an LLM selector), not both")
+        if args.top == "auto" or args.threshold is not None or args.min_p is not None:
+            raise ConfigError("--top auto, --threshold and --min-p need a saved calibrated selector (--model)")
         print(json.dumps(llm_select(args, chunks), indent=2, ensure_ascii=False, allow_nan=False))
         return 0
     if not args.model:
@@ -70,7 +87,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnscoredChunksWarning)  # said below, in one line
         result = ChunkSelector.load(args.model, quantize=args.quantize, engine=args.engine,
-                                    corpus=args.corpus).select(args.question, chunks, k=args.top)
+                                    corpus=args.corpus).select(args.question, chunks, k=args.top,
+                                                               threshold=args.threshold, min_p=args.min_p)
     if 0 <= result.n_scored < len(chunks):
         print(f"warning: only the first {result.n_scored} of {len(chunks)} chunks were scored (the model's "
               f"K={result.n_scored}); the rest have null scores and cannot be selected", file=sys.stderr)

@@ -181,3 +181,78 @@ def auto_k_summary(kept: Sequence[Sequence[int]], labels: Sequence[Sequence[int]
         "empty_answerable": mean((n_kept[ans] == 0).astype(float)),
         "empty_unanswerable": mean((n_kept[~ans] == 0).astype(float)),
     }
+
+
+def _top_order(scores: np.ndarray) -> np.ndarray:
+    """(B, K) column order by score desc, ties by column (retrieval rank); -inf last."""
+    cols = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
+    return np.lexsort((cols, -scores), axis=-1)
+
+
+def abstention_summary(
+    scores: np.ndarray,
+    labels: np.ndarray,
+    chunk_p: np.ndarray,
+    set_p: np.ndarray,
+    auto_threshold: float,
+    keep: float = 0.8,
+    n_bins: int = 15,
+    curve_points: int = 101,
+) -> dict[str, object]:
+    """Every abstention figure of one selector on one test split (answerable and not).
+
+    Args:
+        scores: (B, K) the selector's scores, non-finite at padded slots.
+        labels: (B, K) 0/1 evidence labels.
+        chunk_p: (B, K) calibrated P(evidence) (NaN at padded slots).
+        set_p: (B,) calibrated P(some chunk holds the evidence).
+        auto_threshold: the ``k="auto"`` operating point (a chunk probability).
+        keep: the share of answerable sets kept by the abstention threshold.
+
+    Returns:
+        ``n_sets``, ``answerable_rate``; ``auroc`` (set probability, answerable vs not) and
+        ``auroc_top_score`` (the raw top score, uncalibrated); ``chunk_ece``,
+        ``chunk_brier``, ``set_ece``, ``set_brier``; ``abstention`` (at ``keep``);
+        ``rank1_answerable`` and ``aurc``; ``risk_coverage`` (``curve_points`` points);
+        ``reliability`` (chunk level); ``auto``, ``k1``, ``k2`` (:func:`auto_k_summary`).
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    labels = np.asarray(labels).astype(np.int8)
+    chunk_p = np.asarray(chunk_p, dtype=np.float64)
+    set_p = np.asarray(set_p, dtype=np.float64)
+    real = np.isfinite(scores)
+    labels = np.where(real, labels, 0)
+    answerable = labels.any(axis=1)
+    order = _top_order(np.where(real, scores, -np.inf))
+    n_real = real.sum(axis=1)
+    top = order[:, 0]
+    correct = labels[np.arange(len(top)), top].astype(bool)
+    y, p = labels[real], chunk_p[real]
+    rc = risk_coverage(set_p, correct)
+    idx = np.unique(np.linspace(0, len(set_p) - 1, min(curve_points, len(set_p))).round().astype(int))
+
+    def fixed(k: int) -> list[list[int]]:
+        return [[int(j) for j in order[b, : min(k, n_real[b])]] for b in range(len(order))]
+
+    auto = [[int(j) for j in order[b, : n_real[b]] if chunk_p[b, j] >= auto_threshold] for b in range(len(order))]
+    rows = [list(r) for r in labels]
+    top_score = np.array([row[m].max() for row, m in zip(scores, real)])
+    return {
+        "n_sets": int(len(scores)),
+        "answerable_rate": float(answerable.mean()),
+        "auroc": auroc(answerable, set_p),
+        "auroc_top_score": auroc(answerable, top_score),
+        "chunk_ece": ece(y, p, n_bins),
+        "chunk_brier": brier(y, p),
+        "set_ece": ece(answerable, set_p, n_bins),
+        "set_brier": brier(answerable, set_p),
+        "abstention": abstention_at_coverage(answerable, set_p, keep),
+        "rank1_answerable": float(correct[answerable].mean()) if answerable.any() else float("nan"),
+        "aurc": rc["aurc"],
+        "risk_coverage": {"coverage": [rc["coverage"][i] for i in idx], "accuracy": [rc["accuracy"][i] for i in idx]},
+        "reliability": reliability(y, p, n_bins),
+        "auto_threshold": float(auto_threshold),
+        "auto": auto_k_summary(auto, rows),
+        "k1": auto_k_summary(fixed(1), rows),
+        "k2": auto_k_summary(fixed(2), rows),
+    }

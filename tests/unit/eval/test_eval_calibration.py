@@ -100,3 +100,22 @@ def test_bad_input_is_refused():
         ece([0, 1], [0.1, float("nan")])
     with pytest.raises(ValueError, match="2 labels but 3"):
         auroc([0, 1], [0.1, 0.2, 0.3])
+
+
+def test_abstention_summary_on_a_small_fixed_case():
+    from chunksel.eval.calibration import abstention_summary
+
+    ninf = -np.inf
+    scores = np.array([[0.9, 0.1, 0.0], [0.2, 0.8, ninf], [0.3, 0.2, 0.1], [0.1, 0.85, 0.2]])
+    labels = np.array([[1, 0, 0], [1, 0, 0], [0, 0, 0], [0, 0, 0]])
+    chunk_p = np.array([[0.9, 0.1, 0.05], [0.3, 0.6, np.nan], [0.2, 0.1, 0.05], [0.1, 0.3, 0.1]])
+    set_p = np.array([0.9, 0.7, 0.2, 0.4])
+    out = abstention_summary(scores, labels, chunk_p, set_p, auto_threshold=0.25, n_bins=2)
+    assert out["n_sets"] == 4 and out["answerable_rate"] == 0.5
+    assert out["auroc"] == 1.0 and out["auroc_top_score"] == pytest.approx(0.75)
+    assert out["rank1_answerable"] == 0.5  # set 1's top chunk (0.8) is not the positive
+    # k=auto keeps p >= 0.25: set 0 {0}, set 1 {1, 0}, set 2 {}, set 3 {1}
+    assert out["auto"]["mean_kept"] == pytest.approx(1.0) and out["auto"]["evidence_recall"] == 1.0
+    assert out["k2"]["mean_kept"] == pytest.approx(2.0) and out["k2"]["evidence_recall"] == 1.0
+    assert out["abstention"]["unanswerable_abstained"] == 1.0
+    assert out["chunk_brier"] == pytest.approx(brier(labels[np.isfinite(scores)], chunk_p[np.isfinite(scores)]))

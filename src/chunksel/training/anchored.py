@@ -26,7 +26,6 @@ scaled question-side input ``x`` (N, D) or None, the scaled interaction features
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -38,6 +37,7 @@ from tqdm.auto import tqdm
 from chunksel.config import show_progress
 from chunksel.errors import DataError
 from chunksel.nn.anchored import AnchoredEnsemble, AnchoredScorer
+from chunksel.training.early_stopping import EarlyStopping
 from chunksel.training.losses import multi_positive_contrastive
 from chunksel.training.trainer import seed_everything, usable
 
@@ -205,12 +205,11 @@ def train_anchored(
     best_acc, best_loss = criterion()
     summary.val_acc_retrieval = best_acc
     summary.val_acc.append(best_acc)
-    best_state = copy.deepcopy(model.state_dict())
+    stopper = EarlyStopping(model, cfg.patience)  # the untrained scorer (retrieval order) counts
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = math.ceil(len(tdata) / cfg.batch_size)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, steps_per_epoch * cfg.max_epochs))
     gen = torch.Generator().manual_seed(cfg.seed)
-    bad = 0
     bar = tqdm(range(cfg.max_epochs), desc="anchored", unit="epoch", disable=not show_progress(cfg.progress),
                leave=False)
     for epoch in bar:
@@ -234,16 +233,14 @@ def train_anchored(
         else:
             better = acc > best_acc + 1e-12 or (abs(acc - best_acc) <= 1e-12 and vloss < best_loss - 1e-7)
         if better:
-            best_acc, best_loss, summary.best_epoch, bad = acc, vloss, epoch + 1, 0
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            bad += 1
+            best_acc, best_loss = acc, vloss
+        stop = stopper.update(better, epoch + 1)
         bar.set_postfix(loss=f"{summary.train_loss[-1]:.4f}", val_acc=f"{acc:.3f}")
-        if bad >= cfg.patience:
+        if stop:
             break
     bar.close()
-    summary.best_val_acc = best_acc
-    model.load_state_dict(best_state)
+    summary.best_val_acc, summary.best_epoch = best_acc, stopper.best_epoch or 0
+    stopper.restore()
     return model.cpu().eval(), summary
 
 

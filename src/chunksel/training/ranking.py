@@ -25,8 +25,6 @@ and the same updates, without recomputing the frozen part every epoch.
 
 from __future__ import annotations
 
-import copy
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +32,7 @@ import torch
 from torch import nn
 
 from chunksel.config import show_progress
+from chunksel.training.early_stopping import EarlyStopping
 
 
 @dataclass
@@ -289,7 +288,7 @@ def train_ranker(
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     hist = TrainHistory()
-    best, best_state, bad = math.inf, None, 0
+    stopper = EarlyStopping(model, cfg.patience, min_delta=1e-6, keep_initial=False)
     from tqdm.auto import tqdm
 
     bar = tqdm(range(cfg.max_epochs), desc=f"train {type(model).__name__}", disable=not show_progress(cfg.progress))
@@ -311,14 +310,10 @@ def train_ranker(
         if val is not None:
             hist.val_loss.append(monitored)
         bar.set_postfix(train=f"{hist.train_loss[-1]:.4f}", val=f"{monitored:.4f}" if val is not None else "-")
-        if monitored < best - 1e-6:
-            best, bad, hist.best_epoch = monitored, 0, epoch
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            bad += 1
-            if bad >= cfg.patience:
-                break
-    if best_state is not None:
-        model.load_state_dict(best_state)
+        if stopper.step(monitored, epoch):
+            break
+    if stopper.best_epoch is not None:
+        hist.best_epoch = stopper.best_epoch
+    stopper.restore()
     model.eval()
     return hist

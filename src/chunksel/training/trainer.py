@@ -21,7 +21,6 @@ differences were within noise: ``docs/decisions/prototype-tau.md``.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +32,7 @@ from tqdm.auto import tqdm
 from chunksel.config import show_progress
 from chunksel.errors import DataError
 from chunksel.nn.prototype import PrototypeMLP, cosine_scores
+from chunksel.training.early_stopping import EarlyStopping
 from chunksel.training.losses import multi_positive_contrastive
 
 DEFAULT_TAU = 0.1
@@ -219,7 +219,7 @@ def train_prototype(
     sched = torch.optim.lr_scheduler.OneCycleLR(
         opt, max_lr=cfg.lr, total_steps=steps * cfg.max_epochs, anneal_strategy="cos"
     )
-    best_state, best_loss, bad = copy.deepcopy(model.state_dict()), math.inf, 0
+    stopper = EarlyStopping(model, cfg.patience, min_delta=1e-7)
     bar = tqdm(range(cfg.max_epochs), desc="prototype", unit="epoch", disable=not show_progress(cfg.progress), leave=False)
     for epoch in bar:
         model.train()
@@ -238,15 +238,11 @@ def train_prototype(
         vloss = evaluate_loss(model, val_t, cfg.tau) if val_t is not None else summary.train_loss[-1]
         summary.val_loss.append(vloss)
         summary.epochs_run = epoch + 1
-        if vloss < best_loss - 1e-7:
-            best_loss, bad, summary.best_epoch = vloss, 0, epoch + 1
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            bad += 1
+        stop = stopper.step(vloss, epoch + 1)
         bar.set_postfix(train=f"{summary.train_loss[-1]:.4f}", val=f"{vloss:.4f}")
-        if bad >= cfg.patience:
+        if stop:
             break
     bar.close()
-    summary.best_val_loss = best_loss
-    model.load_state_dict(best_state)
+    summary.best_val_loss, summary.best_epoch = stopper.best, stopper.best_epoch or 0
+    stopper.restore()
     return model.cpu().eval(), scaler, summary

@@ -45,11 +45,11 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(autouse=True, scope="session")
 def _scripted_llm_backend():
-    """``get_backend("scripted")``: the model-free LLM double of tests/llm_doubles.py (the
+    """``get_backend("scripted")``: the model-free LLM double of tests/doubles.py (the
     contract tests run the LLM selectors on it)."""
     from chunksel.llm.backends import register_backend
 
-    register_backend("scripted", "tests.llm_doubles", "ScriptedBackend")
+    register_backend("scripted", "tests.doubles", "ScriptedBackend")
 
 
 def make_toy_instances(n: int = 24, k: int = 5, dim: int = 8, seed: int = 0) -> list[Instance]:

@@ -214,6 +214,7 @@ def test_select_prints_valid_json_when_top_exceeds_k(capsys, tmp_path, monkeypat
     import json as _json
 
     import numpy as np
+    from tests.doubles import FakeEncoder  # 8-dim unit vectors, like the toy instances' embeddings
 
     from chunksel.features.base import InMemoryFeatures
     from chunksel.pipeline.chunk_selector import ChunkSelector
@@ -224,12 +225,6 @@ def test_select_prints_valid_json_when_top_exceeds_k(capsys, tmp_path, monkeypat
     sel = make_selector("prototype", k=3, hidden=8, max_epochs=2, patience=1, progress=False)
     sel.fit([i for i in toy_instances if i.split == "train"], feats)
     sel.save(tmp_path / "m")
-
-    class FakeEncoder:  # 8-dim unit vectors, like the toy instances' embeddings
-        def encode(self, texts, progress=False):
-            rng = np.random.default_rng(len(texts))
-            e = rng.normal(size=(len(texts), 8)).astype(np.float32)
-            return e / np.linalg.norm(e, axis=1, keepdims=True)
 
     class FakeWarmUp:
         h, r = np.ones(3, dtype=np.float32), np.ones(2, dtype=np.float32)

@@ -11,9 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository root: tests.doubles
 
-from llm_fakes import EchoBackend  # noqa: E402
+from tests.doubles import EchoBackend  # noqa: E402
 
 from chunksel.llm.cache import map_cached  # noqa: E402
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from llm_fakes import EchoBackend
+from tests.doubles import EchoBackend
 
 from chunksel.errors import DataError
 from chunksel.llm.backends import Choice, Generation

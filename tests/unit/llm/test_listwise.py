@@ -4,7 +4,7 @@ runner on a model-free backend, the utility label source and the CLI's checks.""
 from __future__ import annotations
 
 import pytest
-from tests.llm_doubles import ScriptedBackend
+from tests.doubles import ScriptedBackend
 
 from chunksel.errors import ConfigError, DataError
 from chunksel.llm.listwise import (

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from tests.llm_doubles import ScriptedBackend
+from tests.doubles import ScriptedBackend
 
 from chunksel.errors import ConfigError
 from chunksel.llm.backends import BackendError, Generation, normalize_prompt

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from tests.doubles import FakeEncoder  # noqa: E402
 from tests.unit.pipeline.test_abstention_api import GOOD, _far, calibrated  # noqa: E402,F401
-from tests.unit.pipeline.test_application_api import FakeEncoder  # noqa: E402
 
 QUESTION = "what is the golf answer"
 TEXTS = ["first passage", "second passage", "third passage"]

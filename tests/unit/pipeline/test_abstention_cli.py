@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from tests.doubles import FakeEncoder  # noqa: E402
 from tests.unit.pipeline.test_abstention_api import calibrated  # noqa: E402,F401
-from tests.unit.pipeline.test_application_api import FakeEncoder  # noqa: E402
 
 from chunksel.cli import main  # noqa: E402
 

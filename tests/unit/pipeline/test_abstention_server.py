@@ -12,8 +12,8 @@ pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
 
+from tests.doubles import FakeEncoder  # noqa: E402
 from tests.unit.pipeline.test_abstention_api import GOOD, _far, calibrated  # noqa: E402,F401
-from tests.unit.pipeline.test_application_api import FakeEncoder  # noqa: E402
 from tests.unit.pipeline.test_server import running  # noqa: E402
 
 Q = np.eye(8, dtype=np.float32)[1].tolist()

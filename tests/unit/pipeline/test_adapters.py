@@ -12,7 +12,8 @@ from chunksel.errors import DataError
 
 pytest.importorskip("torch")
 
-from tests.unit.pipeline.test_application_api import CHUNKS, QUESTION, FakeEncoder  # noqa: E402
+from tests.doubles import FakeEncoder  # noqa: E402
+from tests.unit.pipeline.test_application_api import CHUNKS, QUESTION  # noqa: E402
 
 
 @pytest.fixture(scope="module")

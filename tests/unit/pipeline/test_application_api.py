@@ -6,7 +6,6 @@ in for MiniLM and SmolLM2."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tests.conftest import make_toy_instances
+from tests.doubles import FakeEncoder
 
 from chunksel.errors import ConfigError, DataError, UnscoredChunksWarning
 from chunksel.selectors import REGISTRY, get_selector_class
@@ -29,30 +29,12 @@ SMALL: dict[str, dict] = {
     "duet": {"n_filters": 8, "hidden": 8, "max_query_len": 8, "max_doc_len": 16, "max_epochs": 2},
     "prototype": {"hidden": 16, "max_epochs": 2, "batch_size": 8},
     "anchored": {"hidden": 16, "phi_hidden": 8, "max_epochs": 2, "batch_size": 8},
-    # the LLM selectors on the model-free scripted backend (tests/llm_doubles.py)
+    # the LLM selectors on the model-free scripted backend (tests/doubles.py)
     "rankgpt": {"backend": "scripted"},
     "utility": {"backend": "scripted"},
 }
 QUESTION = "what is the golf answer"
 CHUNKS = ["unrelated alpha text", "the golf answer is here", "unrelated bravo text", "unrelated echo text"]
-
-
-class FakeEncoder:
-    """Deterministic 8-dim unit vectors per text (a stand-in for MiniLM)."""
-
-    def __init__(self, model_id: str = "fake-encoder-8") -> None:
-        self.model_id = model_id
-        self.dim = 8
-        self.n_encoded = 0
-
-    def encode(self, texts, progress=False):
-        out = []
-        for t in texts:
-            seed = int(hashlib.sha256(t.encode()).hexdigest()[:8], 16)
-            v = np.random.default_rng(seed).normal(size=8).astype(np.float32)
-            out.append(v / np.linalg.norm(v))
-        self.n_encoded += len(texts)
-        return np.stack(out)
 
 
 @pytest.fixture(scope="module")

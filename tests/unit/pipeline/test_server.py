@@ -24,7 +24,8 @@ pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
 
-from tests.unit.pipeline.test_application_api import CHUNKS, QUESTION, FakeEncoder  # noqa: E402
+from tests.doubles import FakeEncoder  # noqa: E402
+from tests.unit.pipeline.test_application_api import CHUNKS, QUESTION  # noqa: E402
 
 KEY = "s3cret"
 

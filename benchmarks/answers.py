@@ -2,7 +2,7 @@
 
 On one dataset's ``limit=500`` instance store (flat index, K = 5) it takes a
 deterministic sample of the **test** split (the questions with the smallest sha256 of
-their id) and runs :func:`chunksel.eval.answers.answer_table` for:
+their id) and runs :func:`chunksel.study.answer_table.answer_table` for:
 
 - ``retrieval``: the retriever's top-1 chunk (retrieval order);
 - ``lambdamart``: LambdaMART's top-1 (trained on the store's train split, val for early
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
 
     set_threads(args.threads)
     from chunksel.build import build_instances
-    from chunksel.eval.answers import answer_table
+    from chunksel.study.answer_table import answer_table
 
     built = build_instances(args.dataset, k=5, index="flat", limit=500, progress=False)
     test = [i for i in built.instances if i.split == "test"]

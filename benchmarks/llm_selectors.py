@@ -19,7 +19,7 @@ utility's own selection. Per condition: evidence precision, recall and micro-F1 
 the gold passages (micro: sums over questions; recall's denominator is the gold passages
 among the candidates, the most any selector can find — the share of gold passages that
 the candidate list holds is reported beside it), the answer table's exact match and token
-F1 (:func:`chunksel.eval.answers.answer_table`, SmolLM2 as the generator, the chosen
+F1 (:func:`chunksel.study.answer_table.answer_table`, SmolLM2 as the generator, the chosen
 passages in the prompt), the distribution of k, and per query the LLM calls, prompt
 tokens and seconds.
 
@@ -101,8 +101,8 @@ def cost(runs) -> dict:
 
 def part_select(args, backend) -> dict:
     from chunksel.build import build_instances
-    from chunksel.eval.answers import answer_table
     from chunksel.llm.listwise import ListwiseLLM
+    from chunksel.study.answer_table import answer_table
 
     out = {}
     llm_text = ListwiseLLM(backend, read="text", max_new_tokens=args.max_new_tokens)

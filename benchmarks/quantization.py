@@ -14,7 +14,7 @@ For each model and each int8 variant (torch ``quantize="int8"`` dynamic, ``"int8
 weight-only; ONNX Runtime ``engine="onnxruntime", quantize="int8"``, per-row dynamic) it
 reports answerable rank-1 per dataset and overall, the change from fp32 in points, the
 share of instances whose pick is unchanged, and a paired bootstrap 95% interval plus an
-exact McNemar p-value for the difference (:func:`chunksel.eval.report.significance_entry`). Writes
+exact McNemar p-value for the difference (:func:`chunksel.eval.significance.significance_entry`). Writes
 ``benchmarks/results/quantization.json``.
 
 Every variant scores one instance per call (batch 1), as a deployed selector does: torch's
@@ -37,11 +37,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from chunksel.bench import DATASETS, PROFILES
 from chunksel.build import build_instances, extract_question_features
 from chunksel.eval.metrics import per_instance_hits, subset_mask
-from chunksel.eval.report import significance_entry
+from chunksel.eval.significance import significance_entry
 from chunksel.selectors.prototype import PrototypeSelector
+from chunksel.study.profiles import DATASETS, PROFILES
 from chunksel.threads import set_threads
 from chunksel.types import candidate_mask, label_matrix
 

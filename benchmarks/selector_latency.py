@@ -65,10 +65,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from chunksel.eval.metrics import rank1_accuracy as _rank1  # noqa: E402
-from chunksel.eval.studies import run_budgets  # noqa: E402
 from chunksel.features.base import InMemoryFeatures  # noqa: E402
 from chunksel.selectors import available, get_selector_class  # noqa: E402
 from chunksel.selectors.prototype import PrototypeSelector  # noqa: E402
+from chunksel.study.budgets import run_budgets  # noqa: E402
 from chunksel.types import Candidate, Instance, Question, label_matrix  # noqa: E402
 
 

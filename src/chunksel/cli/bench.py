@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def bench(args: argparse.Namespace, settings: Settings) -> int:
     check_dataset_names(args.datasets)  # before the study imports or loads anything
-    from chunksel.bench import run_bench
+    from chunksel.study.run import run_bench
 
     run_bench(profile=args.profile, datasets=args.datasets, selectors=args.selectors,
               out=args.out, seed=args.seed, progress=not settings.quiet, reuse=not args.no_reuse,
@@ -60,8 +60,8 @@ def check_dataset_names(names: list[str] | None) -> None:
 
 
 def report(args: argparse.Namespace, settings: Settings) -> int:
-    from chunksel.eval.output import write_report
-    from chunksel.eval.results import load_results
+    from chunksel.study.report import write_report
+    from chunksel.study.results import load_results
 
     path = write_report(load_results(args.folder), args.out or args.folder)
     print(f"wrote {path}")

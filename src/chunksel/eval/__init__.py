@@ -1,7 +1,9 @@
-"""chunksel.eval: ranking metrics, paired significance tests, cost figures, the report.
+"""chunksel.eval: ranking metrics, paired significance tests and cost/latency figures,
+used by every caller (the benchmark study, its report and plots live in
+:mod:`chunksel.study`).
 
-Importing this package needs numpy only; scipy (McNemar) and matplotlib (plots) are
-imported where used (``chunksel[eval]``).
+Importing this package needs numpy only; scipy (McNemar) is imported where used
+(``chunksel[eval]``).
 """
 
 from __future__ import annotations
@@ -25,19 +27,12 @@ from chunksel.eval.metrics import (
     recall_at_k,
     subset_mask,
 )
-from chunksel.eval.output import write_report
-from chunksel.eval.report import (
-    format_table1,
-    metrics_to_percent,
-    seed_cell,
-    significance_entry,
-    strongest_baseline,
-)
 from chunksel.eval.significance import (
     bootstrap_interval,
     compare,
     mcnemar_exact,
     paired_bootstrap,
+    significance_entry,
 )
 
 __all__ = [
@@ -47,11 +42,9 @@ __all__ = [
     "compare",
     "dir_size_bytes",
     "evaluate",
-    "format_table1",
     "limit_threads",
     "mcnemar_exact",
     "measure_latency",
-    "metrics_to_percent",
     "mrr",
     "ndcg_at_k",
     "paired_bootstrap",
@@ -59,11 +52,8 @@ __all__ = [
     "rank1_accuracy",
     "rank_matrix",
     "recall_at_k",
-    "seed_cell",
     "selector_cost",
     "significance_entry",
-    "strongest_baseline",
     "subset_mask",
     "trainable_parameters",
-    "write_report",
 ]

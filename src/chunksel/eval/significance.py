@@ -180,3 +180,42 @@ def compare(
         "acc_a": float(xa.mean()),
         "acc_b": float(xb.mean()),
     }
+
+
+def significance_entry(
+    a: str,
+    b: str,
+    hits_a: Any,
+    hits_b: Any,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    alpha: float = 0.05,
+    majority: tuple[Any, Any] | None = None,
+) -> dict[str, Any]:
+    """A ``results["significance"][dataset]`` entry (percent / percentage points) from
+    the paired rank-1 outcomes of selectors ``a`` and ``b`` on the same instances.
+
+    ``hits_a`` / ``hits_b`` may be hit rates averaged over seeds (the bootstrap interval
+    is then over instances of the seed-averaged accuracy); McNemar's test then reads the
+    0/1 ``majority`` outcomes (e.g. the seeds' majority vote)."""
+    if majority is None:
+        c = compare(hits_a, hits_b, n_resamples=n_resamples, seed=seed, alpha=alpha)
+    else:
+        diff, lo, hi = paired_bootstrap(hits_a, hits_b, n_resamples=n_resamples, seed=seed, alpha=alpha)
+        ma, mb = (np.asarray(m, dtype=bool) for m in majority)
+        c = {"diff": diff, "lo": lo, "hi": hi, "p": mcnemar_exact(ma, mb), "n": int(len(ma)),
+             "n10": int((ma & ~mb).sum()), "n01": int((~ma & mb).sum()),
+             "acc_a": float(np.mean(hits_a)), "acc_b": float(np.mean(hits_b))}
+    return {
+        "a": a,
+        "b": b,
+        "diff": 100.0 * c["diff"],
+        "lo": 100.0 * c["lo"],
+        "hi": 100.0 * c["hi"],
+        "p": c["p"],
+        "n": c["n"],
+        "n10": c["n10"],
+        "n01": c["n01"],
+        "acc_a": 100.0 * c["acc_a"],
+        "acc_b": 100.0 * c["acc_b"],
+    }

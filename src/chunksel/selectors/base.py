@@ -380,7 +380,7 @@ def read_config(path: str | Path) -> dict[str, Any]:
 
 # ------------------------------------------------------------------- registry
 #: name -> ("module:Class", extra that provides its dependencies); the order is the
-#: benchmark's row order (``chunksel.bench.default_selectors``)
+#: benchmark's row order (``chunksel.study.profiles.default_selectors``)
 REGISTRY: dict[str, tuple[str, str]] = {
     "retrieval": ("chunksel.selectors.simple:RetrievalSelector", ""),
     "random": ("chunksel.selectors.simple:RandomSelector", ""),

@@ -15,7 +15,7 @@ The module holds the selector (settings, fitting, scoring, persistence); the inp
 arrays and their checks are in :mod:`chunksel.selectors.prototype_arrays`, the inference
 engines (torch fp32 / int8 / int8w, ONNX Runtime fp32 / int8) in
 :mod:`chunksel.selectors.prototype_engines`, the studies (budget curve, tau sweep) in
-:mod:`chunksel.eval.studies`. The training defaults are :class:`TrainConfig`'s (one
+:mod:`chunksel.study.budgets`. The training defaults are :class:`TrainConfig`'s (one
 place).
 """
 

@@ -15,7 +15,7 @@ blocks / budget dims), the candidates' embeddings ``E`` (N, K, d), 0/1 ``labels`
   out deterministically (seeded permutation).
 
 Temperature: ``tau`` is a setting; its default :data:`DEFAULT_TAU` = 0.1 is provisional,
-chosen by a small cross-validated sweep (:func:`chunksel.eval.studies.sweep_tau`) whose
+chosen by a small cross-validated sweep (:func:`chunksel.study.budgets.sweep_tau`) whose
 differences were within noise: ``docs/decisions/prototype-tau.md``.
 """
 

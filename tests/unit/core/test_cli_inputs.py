@@ -80,7 +80,7 @@ def test_bench_refuses_an_unknown_dataset_before_any_work(capsys, monkeypatch):
     def refuse(*_a, **_k):
         raise AssertionError("the study started before the dataset names were checked")
 
-    monkeypatch.setitem(__import__("sys").modules, "chunksel.bench", type("M", (), {"run_bench": refuse}))
+    monkeypatch.setitem(__import__("sys").modules, "chunksel.study.run", type("M", (), {"run_bench": refuse}))
     code, _, err = _run(capsys, "bench", "--datasets", "popqa", "popq", "--quiet")
     assert code == 2 and "unknown dataset 'popq' (did you mean 'popqa'?)" in err
     assert cli_bench.check_dataset_names(["popqa", "nq"]) is None

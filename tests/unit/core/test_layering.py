@@ -5,7 +5,7 @@ functions (a lazy import still ties the two modules together). Layers, lowest fi
 module may import its own layer or a lower one:
 
     types, config, errors, settings, threads  <-  data, nn  <-  retrieval, labels, llm, features, export
-    <-  training, selectors, bulk  <-  eval, build, pipeline  <-  bench, study  <-  cli
+    <-  training, selectors, bulk  <-  eval, build, pipeline  <-  study  <-  cli
 
 ``export`` (every ONNX graph) sits right above ``nn``, not beside ``pipeline``: the
 prototype selector's ``onnxruntime`` engine runs the exported graph. ``study`` (the
@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"retrieval", "labels", "llm", "features", "export"},
     {"training", "selectors", "bulk"},
     {"eval", "build", "pipeline"},
-    {"bench", "study"},
+    {"study"},
     {"cli", "__main__"},
 ]
 
@@ -133,5 +133,5 @@ def test_no_upward_imports():
 def test_the_checker_sees_lazy_imports(tmp_path):
     """The walk counts imports inside functions (so it could fail on a hidden cycle)."""
     src = tmp_path / "m.py"
-    src.write_text("def f():\n    from chunksel.bench import run_bench\n    return run_bench\n")
-    assert _imports(src, "chunksel.types", {"chunksel.bench", "chunksel.types"}) == {"chunksel.bench"}
+    src.write_text("def f():\n    from chunksel.study.run import run_bench\n    return run_bench\n")
+    assert _imports(src, "chunksel.types", {"chunksel.study.run", "chunksel.types"}) == {"chunksel.study.run"}

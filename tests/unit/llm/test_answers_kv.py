@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from chunksel.eval.answers import Generator
+from chunksel.llm.generation import Generator
 
 pytestmark = pytest.mark.model
 

@@ -6,9 +6,9 @@ import torch
 
 from chunksel.errors import ConfigError
 from chunksel.eval.metrics import rank1_accuracy as _rank1
-from chunksel.eval.studies import run_budgets
 from chunksel.nn.prototype import PrototypeMLP, cosine_scores
 from chunksel.selectors.prototype import PrototypeSelector
+from chunksel.study.budgets import run_budgets
 from chunksel.training.budgets import (
     FeatureLayout,
     budget_mask,

@@ -9,7 +9,7 @@
 
 - answer F1 vs prefill tokens: per Table 4 dataset, one point per condition.
 
-Every function takes the typed results (:class:`~chunksel.eval.results.BenchResults`, or a
+Every function takes the typed results (:class:`~chunksel.study.results.BenchResults`, or a
 dict in its JSON layout) and returns the written path, or ``None`` when the results hold
 nothing to draw.
 """
@@ -22,17 +22,11 @@ from typing import Any
 import numpy as np
 
 from chunksel.errors import require
-from chunksel.eval.names import dataset_label, selector_label
-from chunksel.eval.report import (
-    PLOT_FILES,
-    Results,
-    answer_condition_label,
-    as_number,
-    budget_value,
-    significance_rows,
-    table1_average,
-)
-from chunksel.eval.results import as_results
+from chunksel.study.format import PLOT_FILES, Results, as_number, table1_average
+from chunksel.study.generation_tables import answer_condition_label
+from chunksel.study.names import dataset_label, selector_label
+from chunksel.study.results import as_results
+from chunksel.study.tables import budget_value, significance_rows
 
 
 def _figure(width: float = 7.0, height: float = 4.5) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from chunksel.errors import DataError
-from chunksel.eval.answers import (
+from chunksel.study.answer_table import (
     Answer,
     Generator,
     _ids_hash,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from chunksel.errors import DataError
-from chunksel.eval.results import (
+from chunksel.study.results import (
     RESULTS_VERSION,
     BenchResults,
     Cell,
@@ -89,7 +89,7 @@ def test_bad_results_name_the_problem(tmp_path):
 def test_cli_report_rerenders_from_results(tmp_path):
     pytest.importorskip("matplotlib")
     from chunksel.cli import main
-    from chunksel.eval.output import write_report
+    from chunksel.study.report import write_report
 
     write_report(_results(), tmp_path / "a")
     first = (tmp_path / "a" / "report.md").read_text()
@@ -99,7 +99,7 @@ def test_cli_report_rerenders_from_results(tmp_path):
 
 
 def test_table5_renders_llm_rows_and_cost():
-    from chunksel.eval.report import format_llm
+    from chunksel.study.generation_tables import format_llm
 
     res = _results()
     res.llm = {"nq": {

@@ -7,17 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from chunksel.eval.output import write_report
-from chunksel.eval.report import (
-    fmt_params,
+from chunksel.eval.significance import significance_entry
+from chunksel.study.format import fmt_params, metrics_to_percent, seed_cell
+from chunksel.study.report import render_markdown, write_report
+from chunksel.study.tables import (
     format_significance,
     format_table1,
     format_table2,
     format_table3,
-    metrics_to_percent,
-    render_markdown,
-    seed_cell,
-    significance_entry,
     strongest_baseline,
 )
 
@@ -248,7 +245,7 @@ def _flagship_results(profile: str) -> dict:
 
 
 def test_flagship_targets_measured_verdicts_and_shortfalls():
-    from chunksel.eval.report import flagship_targets, format_flagship_targets
+    from chunksel.study.targets import flagship_targets, format_flagship_targets
 
     t = flagship_targets(_flagship_results("large"))
     assert t["per_dataset"]["triviaqa"]["class"] == "better" and t["per_dataset"]["nq"]["class"] == "worse"

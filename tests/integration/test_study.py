@@ -7,8 +7,9 @@ import json
 import numpy as np
 from tests.conftest import make_toy_instances
 
-from chunksel.bench import Profile, run_study
 from chunksel.features.base import InMemoryFeatures
+from chunksel.study.profiles import Profile
+from chunksel.study.run import run_study
 
 
 def test_harness_end_to_end(tmp_path):
@@ -79,8 +80,9 @@ def test_harness_end_to_end(tmp_path):
     assert "Table 4: answers generated" in report and "![answers](answer_f1_vs_prefill.png)" in report
     assert any(p.suffix == ".png" for p in out.iterdir())
     # the report re-renders from results.json alone (typed results round trip)
-    from chunksel.eval.report import PLOT_FILES, render_markdown
-    from chunksel.eval.results import load_results
+    from chunksel.study.format import PLOT_FILES
+    from chunksel.study.report import render_markdown
+    from chunksel.study.results import load_results
 
     plots = {k: v for k, v in PLOT_FILES.items() if (out / v).exists()}
     assert render_markdown(load_results(out), plots) == report
@@ -154,8 +156,9 @@ def test_worker_parts_skip_pooling_and_failures_name_their_log(tmp_path, monkeyp
     a failing worker stops the bench with an error naming its log."""
     import pytest
 
-    from chunksel.bench import PART_ENV, _run_parts
     from chunksel.errors import ChunkselError
+    from chunksel.study.run import _run_parts
+    from chunksel.study.state import PART_ENV
 
     monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path / "cache"))
     data = {"popqa": make_toy_instances(n=24, seed=5), "msmarco": make_toy_instances(n=24, seed=6)}

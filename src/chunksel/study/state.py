@@ -1,0 +1,90 @@
+"""The state the study's stages share (:class:`Study`): the splits, the memo, the
+per-seed hits, picks and validation accuracies, and the one memoised fit + evaluation
+every stage goes through."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chunksel.study.cost import measure_cost
+from chunksel.study.fitting import evaluate_selector, make_selector, settings_of
+from chunksel.study.memo import Memo, code_fingerprint, features_fingerprint, instances_fingerprint
+from chunksel.study.records import Table1Row
+
+#: set in a worker process of ``run_bench(jobs > 1)``: per-dataset stages only; its value
+#: is the whole study's first dataset, where Table 1 measures the cost columns (so the
+#: workers' memo keys are the ones the whole study looks up)
+PART_ENV = "CHUNKSEL_BENCH_PART"
+
+
+class Study:
+    """What the stages of :func:`~chunksel.study.run.run_study` share: the splits, the memo
+    and the hits."""
+
+    def __init__(self, instances, selectors, prof, features, seed, progress, reuse, timings) -> None:
+        self.datasets = list(instances)
+        self.selectors = selectors
+        self.prof = prof
+        self.features = features
+        self.seed = seed
+        self.progress = progress
+        self.timings = timings
+        self.splits = {
+            ds: {sp: [i for i in instances[ds] if i.split == sp] for sp in ("train", "val", "test")}
+            for ds in self.datasets
+        }
+        self.memo = Memo(reuse, {"code": code_fingerprint()})
+        # a dataset's memo keys read its own instances and features only, so runs over
+        # different sets of datasets (e.g. two processes, then the whole study) share them
+        self.split_fp = {
+            ds: {**{sp: instances_fingerprint(v) for sp, v in self.splits[ds].items()},
+                 "features": features_fingerprint(features, [i.id for i in instances[ds]])} if reuse else {}
+            for ds in self.datasets
+        }
+        #: name -> dataset -> per-seed test hits (answerable instances only) / val accuracies
+        self.hits: dict[str, dict[str, list[np.ndarray]]] = {}
+        #: name -> dataset -> the first seed's top-ranked candidate per test instance
+        self.picks: dict[str, dict[str, list[int]]] = {}
+        #: LLM selector -> dataset -> test instance index -> its chosen candidates (Table 5)
+        self.llm_picks: dict[str, dict[str, dict[int, list[int]]]] = {}
+        self.val_acc: dict[str, dict[str, list[float]]] = {}
+        self.answerable: dict[str, np.ndarray] = {}
+        self.extra: dict[str, Any] = {}
+        self.t1: dict[str, Table1Row] = {}
+        #: in a worker of ``bench --jobs``: the whole study's first dataset (else None)
+        self.part_of = os.environ.get(PART_ENV) or None
+        #: where Table 1 measures the cost columns: the (whole) study's first dataset
+        self.cost_dataset = self.part_of or self.datasets[0]
+
+    # ---------------------------------------------------------------- one fit
+    def fit_eval(self, name: str, s: int, ds: str, stage: str = "table1", want_cost: bool = False,
+                 **extra: Any) -> dict[str, Any]:
+        """Fit ``name`` (seed ``s``) on ``ds``'s training split; test and validation metrics."""
+        key = self.memo.key(stage=stage, data=self.split_fp[ds], cost=want_cost,
+                            **settings_of(name, s, self.prof, **extra))
+        res = self.memo.get(key)
+        if res is None:
+            sel = make_selector(name, s, self.progress, self.prof, **extra)
+            sp = self.splits[ds]
+            sel.fit(sp["train"], self.features, sp["val"])
+            metrics, h, ans, picks = evaluate_selector(sel, sp["test"], self.features, picks=True)
+            val = evaluate_selector(sel, sp["val"], self.features)[0]["accuracy"] if sp["val"] else None
+            cost = measure_cost(sel, sp["test"], self.features, self.prof.latency_queries) if want_cost else None
+            res = self.memo.put(key, {"metrics": metrics, "hits": h, "answerable": ans, "cost": cost,
+                                      "val_accuracy": val, "picks": picks})
+        return res
+
+    def strongest(self, names: Sequence[str], ds: str | None = None) -> str | None:
+        """The baseline with the best validation accuracy (on ``ds``, or averaged over the
+        datasets); test accuracy is never read."""
+        def score(n: str) -> float:
+            dss = [ds] if ds else self.datasets
+            vals = [np.mean(self.val_acc[n][d]) for d in dss if self.val_acc.get(n, {}).get(d)]
+            return float(np.mean(vals)) if vals else -np.inf
+
+        names = [n for n in names if n in self.val_acc]
+        return max(names, key=score) if names else None

@@ -1,0 +1,50 @@
+"""Table 1: every selector trained on each dataset's training split over the profile's
+seeds, evaluated on its test and validation splits; the cost columns measured on the
+(whole) study's first dataset."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from chunksel.study.fitting import say
+from chunksel.study.records import Cell, Table1Row
+from chunksel.study.state import Study
+
+
+def table1(study: Study) -> dict[str, Table1Row]:
+    from chunksel.selectors import get_selector_class
+    from chunksel.study.format import metrics_to_percent
+
+    for name in study.selectors:
+        cls = get_selector_class(name)
+        seeds = study.prof.seeds if cls.requires_fit else (study.seed,)
+        row = Table1Row()
+        for ds in study.datasets:
+            t0 = time.time()
+            accs, vals = [], []
+            for s in seeds:
+                want_cost = s == seeds[0] and ds == study.cost_dataset
+                res = study.fit_eval(name, s, ds, want_cost=want_cost)
+                metrics = res["metrics"]
+                accs.append(100.0 * metrics["accuracy"])
+                vals.append(None if res["val_accuracy"] is None else 100.0 * res["val_accuracy"])
+                ans = np.asarray(res["answerable"], dtype=bool)
+                study.answerable[ds] = ans
+                study.hits.setdefault(name, {}).setdefault(ds, []).append(np.asarray(res["hits"], dtype=bool)[ans])
+                if s == seeds[0]:
+                    study.picks.setdefault(name, {})[ds] = [int(j) for j in res["picks"]]
+                    study.extra.setdefault(name, {})[ds] = {
+                        key: v for key, v in metrics_to_percent(metrics).items()
+                        if key not in ("n", "answerable", "contested")
+                    }
+                    if want_cost:
+                        row.set_cost(res["cost"])
+            study.val_acc.setdefault(name, {})[ds] = [v for v in vals if v is not None]
+            row.per_dataset[ds] = Cell.of(accs, n=int(metrics["answerable"]),
+                                          val_seeds=[v for v in vals if v is not None])
+            study.timings[f"table1:{name}:{ds}"] = time.time() - t0
+            say(f"table 1: {name:<10} {ds:<9} {np.mean(accs):6.2f}%  ({time.time() - t0:.1f}s)")
+        study.t1[name] = row
+    return study.t1

@@ -158,7 +158,6 @@ def test_worker_parts_skip_pooling_and_failures_name_their_log(tmp_path, monkeyp
 
     from chunksel.errors import ChunkselError
     from chunksel.study.run import _run_parts
-    from chunksel.study.state import PART_ENV
 
     monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path / "cache"))
     data = {"popqa": make_toy_instances(n=24, seed=5), "msmarco": make_toy_instances(n=24, seed=6)}
@@ -173,13 +172,11 @@ def test_worker_parts_skip_pooling_and_failures_name_their_log(tmp_path, monkeyp
     assert "lambdamart" in whole["pooled"]
     # a worker over msmarco alone, in a study whose first dataset is popqa: its memo keys
     # are the whole study's (the cost columns belong to popqa), so it reuses every fit
-    monkeypatch.setenv(PART_ENV, "popqa")
     part = json.loads((run_study({"msmarco": data["msmarco"]}, sels, prof, None, tmp_path / "p", progress=False,
-                                 reuse=True) / "results.json").read_text())
+                                 reuse=True, part_of="popqa") / "results.json").read_text())
     assert part["pooled"] == {} and part["reused_results"] == 3  # retrieval (1 seed), lambdamart (2 seeds)
     for name in sels:
         assert part["table1"][name]["per_dataset"]["msmarco"] == whole["table1"][name]["per_dataset"]["msmarco"]
-    monkeypatch.delenv(PART_ENV)
     with pytest.raises(ChunkselError, match=r"part 0 \(see .*part-0\.log\), part 1 \(see .*part-1\.log\)"):
         _run_parts("quick", ["no-such-a", "no-such-b"], ["retrieval"], tmp_path / "out", 0, 2, 1)
     assert "no-such-b" in (tmp_path / "out" / "parts" / "part-1.log").read_text()

@@ -24,6 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, default=1,
                    help="worker processes: the datasets are split over them for the per-dataset stages, "
                         "then the study reads their memoised results (default 1)")
+    p.add_argument("--part", default=None, metavar="DATASET", help=argparse.SUPPRESS)  # a --jobs worker: the
+    # whole study's first dataset (chunksel.study.run.worker_command)
 
     p = sub.add_parser("report", help="re-render report.md and the plots from a report folder's results.json")
     add_common(p)
@@ -41,7 +43,7 @@ def bench(args: argparse.Namespace, settings: Settings) -> int:
 
     run_bench(profile=args.profile, datasets=args.datasets, selectors=args.selectors,
               out=args.out, seed=args.seed, progress=not settings.quiet, reuse=not args.no_reuse,
-              jobs=args.jobs, threads=args.threads)
+              jobs=args.jobs, threads=args.threads, part_of=args.part)
     return 0
 
 

@@ -6,7 +6,7 @@ order, ablation variants), :mod:`.memo` (the result memo), :mod:`.state` (what t
 share), :mod:`.table1`, :mod:`.paper` (Tables 2-3), :mod:`.ablations` (generator ablation,
 significance), :mod:`.pooled`, :mod:`.curves`, :mod:`.llm_table` (Table 5),
 :mod:`.answers` (Table 4, through :mod:`.answer_table`), :mod:`.run` (``run_bench``,
-``run_study``), :mod:`.worker` (a ``bench --jobs`` worker), and the report:
+``run_study``, the ``bench --jobs`` workers), and the report:
 :mod:`.results` / :mod:`.records` (typed results), :mod:`.report`, :mod:`.tables`,
 :mod:`.targets`, :mod:`.generation_tables`, :mod:`.format`, :mod:`.plots`.
 

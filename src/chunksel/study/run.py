@@ -70,7 +70,7 @@ from chunksel.study.profiles import (
     default_selectors,
 )
 from chunksel.study.results import BenchResults
-from chunksel.study.state import PART_ENV, Study
+from chunksel.study.state import Study
 
 
 def run_bench(
@@ -84,6 +84,7 @@ def run_bench(
     reuse: bool = True,
     jobs: int = 1,
     threads: int | None = None,
+    part_of: str | None = None,
 ) -> Path:
     """Run the study and write the report; returns the report directory.
 
@@ -95,7 +96,9 @@ def run_bench(
     the per-dataset stages on its datasets into the shared memo and caches (their logs
     and partial reports under ``<out>/parts/``), then this process runs the whole study,
     which reads their results back and adds what spans datasets (pooled training).
-    ``threads`` is each worker's thread count.
+    ``threads`` is each worker's thread count. A worker (``chunksel bench --part``,
+    :func:`worker_command`) runs with ``part_of`` set to the whole study's first dataset
+    (see :func:`run_study`).
     """
     from chunksel.build import build_instances, extract_question_features
     from chunksel.selectors import get_selector_class
@@ -105,6 +108,8 @@ def run_bench(
     prof = PROFILES[profile]
     if jobs > 1 and not reuse:
         raise ConfigError("--jobs needs the result memo (leave out --no-reuse)")
+    if jobs > 1 and part_of is not None:
+        raise ConfigError("a bench worker (part_of) runs with jobs=1")
     if jobs > 1 and generator is not None:
         raise ConfigError("--jobs runs the default generator only")
     datasets = list(datasets or DATASETS)
@@ -149,32 +154,42 @@ def run_bench(
         "data_checksums": {ds: built[ds].config.get("inputs") for ds in datasets},
     }
     return run_study(instances, selectors, prof, features, out_dir, seed=seed, progress=progress,
-                     extra_config=extra_config, timings=timings, t_start=t_start, reuse=reuse)
+                     extra_config=extra_config, timings=timings, t_start=t_start, reuse=reuse, part_of=part_of)
+
+
+def worker_command(part: str, profile: str, datasets: Sequence[str], selectors: Sequence[str], out: str,
+                   seed: int, threads: int | None) -> list[str]:
+    """The command line of one ``bench --jobs`` worker: ``chunksel bench`` with the hidden
+    ``--part`` option naming the whole study's first dataset (where Table 1 measures the
+    cost columns, so the worker's memo keys are the whole study's), and the data root,
+    cache and label this process runs with."""
+    import sys
+
+    from chunksel.settings import current
+
+    cmd = [sys.executable, "-m", "chunksel.cli", "bench", "--part", part, "--profile", profile, "--seed", str(seed),
+           "--datasets", *datasets, "--selectors", *selectors, "--out", out]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    return cmd + current().to_args()
 
 
 def _run_parts(profile: str, datasets: Sequence[str], selectors: Sequence[str], out_dir: Path, seed: int,
                jobs: int, threads: int | None) -> None:
-    """Run the per-dataset stages of ``datasets`` in ``jobs`` worker processes and wait."""
-    import sys
-
+    """Run the per-dataset stages of ``datasets`` in ``jobs`` worker processes (each a
+    ``chunksel bench --part FIRST`` told the whole study's first dataset) and wait."""
     from chunksel.errors import ChunkselError
-    from chunksel.settings import current
 
     groups = [list(datasets[i::jobs]) for i in range(min(jobs, len(datasets)))]
     parts = out_dir / "parts"
     parts.mkdir(parents=True, exist_ok=True)
     procs = []
     for n, group in enumerate(groups):
-        cmd = [sys.executable, "-m", "chunksel.cli", "bench", "--profile", profile, "--seed", str(seed), "--datasets", *group,
-               "--selectors", *selectors, "--out", str(parts / f"part-{n}")]
-        if threads:
-            cmd += ["--threads", str(threads)]
-        cmd += current().to_args()  # the data root, cache and label this process runs with
+        cmd = worker_command(datasets[0], profile, group, selectors, str(parts / f"part-{n}"), seed, threads)
         log = parts / f"part-{n}.log"
         say(f"part {n}: {' '.join(group)} (log {log})")
         with open(log, "w") as fh:
-            procs.append((n, log, subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
-                                                   env={**os.environ, PART_ENV: datasets[0]})))
+            procs.append((n, log, subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)))
     failed = [(n, log) for n, log, p in procs if p.wait() != 0]
     if failed:
         raise ChunkselError("bench worker(s) failed: " + ", ".join(f"part {n} (see {log})" for n, log in failed))
@@ -193,6 +208,7 @@ def run_study(
     timings: dict[str, float] | None = None,
     t_start: float | None = None,
     reuse: bool = False,
+    part_of: str | None = None,
 ) -> Path:
     """Table 1, the ablations, pooled training, significance, learning curves and the
     report, on built instances.
@@ -203,6 +219,9 @@ def run_study(
         prof: the profile (seeds, budgets, latency sample size, curves).
         features: question features for selectors that read the warm-up pass.
         reuse: reuse (and store) memoised fit + evaluation results (see ``Memo``).
+        part_of: in a worker of ``bench --jobs``: the whole study's first dataset (the
+            worker measures the cost columns there only, so its memo keys are the whole
+            study's, and pools nothing); None in the whole study.
     """
     from chunksel.selectors import get_selector_class
     from chunksel.study import ablations, answers, curves, llm_table, paper, pooled, table1
@@ -212,7 +231,7 @@ def run_study(
     extra_config = extra_config or {}
     timings = timings if timings is not None else {}
     t_start = t_start or time.time()
-    study = Study(instances, list(selectors), prof, features, seed, progress, reuse, timings)
+    study = Study(instances, list(selectors), prof, features, seed, progress, reuse, timings, part_of)
     t1 = table1.table1(study)
     baselines = [n for n in selectors if get_selector_class(n).role == "baseline"]
     results = BenchResults(

@@ -4,7 +4,6 @@ every stage goes through."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,17 +14,13 @@ from chunksel.study.fitting import evaluate_selector, make_selector, settings_of
 from chunksel.study.memo import Memo, code_fingerprint, features_fingerprint, instances_fingerprint
 from chunksel.study.records import Table1Row
 
-#: set in a worker process of ``run_bench(jobs > 1)``: per-dataset stages only; its value
-#: is the whole study's first dataset, where Table 1 measures the cost columns (so the
-#: workers' memo keys are the ones the whole study looks up)
-PART_ENV = "CHUNKSEL_BENCH_PART"
-
 
 class Study:
     """What the stages of :func:`~chunksel.study.run.run_study` share: the splits, the memo
     and the hits."""
 
-    def __init__(self, instances, selectors, prof, features, seed, progress, reuse, timings) -> None:
+    def __init__(self, instances, selectors, prof, features, seed, progress, reuse, timings,
+                 part_of: str | None = None) -> None:
         self.datasets = list(instances)
         self.selectors = selectors
         self.prof = prof
@@ -56,7 +51,7 @@ class Study:
         self.extra: dict[str, Any] = {}
         self.t1: dict[str, Table1Row] = {}
         #: in a worker of ``bench --jobs``: the whole study's first dataset (else None)
-        self.part_of = os.environ.get(PART_ENV) or None
+        self.part_of = part_of
         #: where Table 1 measures the cost columns: the (whole) study's first dataset
         self.cost_dataset = self.part_of or self.datasets[0]
 

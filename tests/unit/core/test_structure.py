@@ -26,9 +26,7 @@ LONG_MODULES: dict[str, str] = {
 #: where CHUNKSEL_* environment variables may be read: the command line and the settings
 ENV_READERS = ("cli/", "settings.py")
 #: other modules naming one, each with why (a stale entry fails the test)
-ENV_EXCEPTIONS: dict[str, str] = {
-    "study/state.py": "the bench worker role (CHUNKSEL_BENCH_PART): #28 makes it a parameter of the study",
-}
+ENV_EXCEPTIONS: dict[str, str] = {}
 ENV_NAME = re.compile(r"CHUNKSEL_[A-Z0-9_]+")
 
 

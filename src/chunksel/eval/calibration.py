@@ -198,6 +198,7 @@ def abstention_summary(
     keep: float = 0.8,
     n_bins: int = 15,
     curve_points: int = 101,
+    raw_scores: np.ndarray | None = None,
 ) -> dict[str, object]:
     """Every abstention figure of one selector on one test split (answerable and not).
 
@@ -208,6 +209,9 @@ def abstention_summary(
         set_p: (B,) calibrated P(some chunk holds the evidence).
         auto_threshold: the ``k="auto"`` operating point (a chunk probability).
         keep: the share of answerable sets kept by the abstention threshold.
+        raw_scores: (B, K) the scores the calibrator read, when not ``scores`` (retrieval
+            order's calibrator reads the retrieval scores); their top per set gives
+            ``auroc_top_score``.
 
     Returns:
         ``n_sets``, ``answerable_rate``; ``auroc`` (set probability, answerable vs not) and
@@ -236,7 +240,8 @@ def abstention_summary(
 
     auto = [[int(j) for j in order[b, : n_real[b]] if chunk_p[b, j] >= auto_threshold] for b in range(len(order))]
     rows = [list(r) for r in labels]
-    top_score = np.array([row[m].max() for row, m in zip(scores, real)])
+    raw = scores if raw_scores is None else np.asarray(raw_scores, dtype=np.float64)
+    top_score = np.array([row[m].max() for row, m in zip(raw, real)])
     return {
         "n_sets": int(len(scores)),
         "answerable_rate": float(answerable.mean()),

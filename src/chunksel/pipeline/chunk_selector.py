@@ -221,7 +221,7 @@ class ChunkSelector:
             # trained on candidates without retrieval scores (a user's ctxs): none at query time either
             inputs = inputs - {"retrieval_score"}
         self.calibrator = getattr(selector, "calibrator_", None)
-        if self.calibrator is not None and self.calibrator.source == "retrieval_score":
+        if self.calibrator is not None and self.calibrator.reads_retrieval:
             inputs = inputs | {"retrieval_score"}  # its probabilities read the retriever's scores
         self.inputs = inputs
         self.k_max = max_chunks(selector)

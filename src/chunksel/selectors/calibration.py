@@ -8,12 +8,15 @@ themselves (and so every ranking) untouched:
   out of fold on the validation sets (5-fold, grouped by set);
 - per set, P(some chunk of the set holds the evidence), calibrated as its own quantity:
   a logistic model over the set's sorted scores (top score, second score, their gap, the
-  mean), compared out of fold with the maximum and the noisy-or of the chunk
-  probabilities; the lowest Brier score is kept and the choice is recorded.
+  mean; plus, when the candidates carry retrieval scores, the top retrieval score and its
+  gap), compared out of fold with Platt scaling of the top score alone and with the
+  maximum and the noisy-or of the chunk probabilities; the lowest Brier score is kept
+  and the choice is recorded (a set model reading retrieval scores makes
+  :class:`~chunksel.pipeline.chunk_selector.ChunkSelector` compute them).
 
 The default operating point of ``k="auto"`` is chosen on the same out-of-fold
-probabilities: the highest chunk-probability threshold whose evidence recall (answerable
-validation sets with a kept positive) reaches that of a fixed ``k=2``.
+probabilities: the highest chunk-probability threshold whose expected evidence recall
+reaches that of a fixed ``k=2`` (:func:`_auto_threshold`).
 
 The retrieval-order selector scores ``-rank``; its calibrator reads the candidates'
 retrieval scores instead (``source="retrieval_score"``: the retriever's cosine).
@@ -88,50 +91,70 @@ def fit_score_map(s: np.ndarray, y: np.ndarray, method: str) -> ScoreMap:
     raise ValueError(f"unknown calibration method {method!r}")
 
 
-def set_features(scores: np.ndarray) -> np.ndarray:
-    """(B, 4) per set: top score, second score (the top again if alone), gap, mean score."""
-    out = np.zeros((scores.shape[0], 4))
+def set_features(scores: np.ndarray, retrieval: np.ndarray | None = None) -> np.ndarray:
+    """(B, 4) per set: top score, second score (the top again if alone), gap, mean score;
+    with ``retrieval`` (the candidates' retrieval scores), (B, 6): also the top retrieval
+    score and its gap to the second."""
+    out = np.zeros((scores.shape[0], 4 if retrieval is None else 6))
     for b, row in enumerate(scores):
         r = np.sort(row[np.isfinite(row)])[::-1]
         second = r[1] if len(r) > 1 else r[0]
-        out[b] = (r[0], second, r[0] - second, r.mean())
+        out[b, :4] = (r[0], second, r[0] - second, r.mean())
+        if retrieval is not None:
+            c = np.sort(retrieval[b][np.isfinite(retrieval[b])])[::-1]
+            out[b, 4:] = (c[0], c[0] - (c[1] if len(c) > 1 else c[0]))
     return out
 
 
 @dataclass
 class SetModel:
-    """P(some chunk holds the evidence) of a set: ``"logistic"``, ``"max"`` or ``"noisy_or"``."""
+    """P(some chunk holds the evidence) of a set: ``"logistic"``, ``"top"``, ``"max"`` or
+    ``"noisy_or"`` (:func:`fit_set_model`)."""
 
     method: str
     coef: list[float] = field(default_factory=list)
     intercept: float = 0.0
     mean: list[float] = field(default_factory=list)
     scale: list[float] = field(default_factory=list)
+    retrieval: bool = False  # reads the candidates' retrieval scores too
 
-    def __call__(self, scores: np.ndarray, chunk_p: np.ndarray) -> np.ndarray:
+    def __call__(self, scores: np.ndarray, chunk_p: np.ndarray, retrieval: np.ndarray | None = None) -> np.ndarray:
         if self.method == "max":
             return np.nanmax(chunk_p, axis=1)
         if self.method == "noisy_or":
             return 1.0 - np.prod(np.where(np.isnan(chunk_p), 1.0, 1.0 - chunk_p), axis=1)
-        z = (set_features(scores) - np.asarray(self.mean)) / np.asarray(self.scale)
+        if self.retrieval and retrieval is None:
+            raise DataError("this set-level calibrator reads the chunks' retrieval scores: none were given")
+        x = set_features(scores, retrieval if self.retrieval else None)
+        z = (x - np.asarray(self.mean)) / np.asarray(self.scale)
         return _sigmoid(z @ np.asarray(self.coef) + self.intercept)
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "coef": self.coef, "intercept": self.intercept,
-                "mean": self.mean, "scale": self.scale}
+                "mean": self.mean, "scale": self.scale, "retrieval": self.retrieval}
 
 
-def fit_set_model(scores: np.ndarray, answerable: np.ndarray, method: str) -> SetModel:
-    if method != "logistic":
+def fit_set_model(
+    scores: np.ndarray, answerable: np.ndarray, method: str, retrieval: np.ndarray | None = None
+) -> SetModel:
+    """``"logistic"`` over the four :func:`set_features`, ``"logistic+retrieval"`` over
+    the six (with the retrieval scores), ``"top"`` (Platt scaling of the top score alone:
+    the same model with the other coefficients 0), or ``"max"`` / ``"noisy_or"`` of the
+    chunk probabilities (nothing to fit)."""
+    if method not in ("logistic", "logistic+retrieval", "top"):
         return SetModel(method)
     from sklearn.linear_model import LogisticRegression
 
-    x = set_features(scores)
+    with_retrieval = method == "logistic+retrieval"
+    x = set_features(scores, retrieval if with_retrieval else None)
     mean, scale = x.mean(axis=0), x.std(axis=0)
     scale[scale == 0] = 1.0
-    lr = LogisticRegression(C=1.0).fit((x - mean) / scale, answerable)
-    return SetModel("logistic", coef=[float(v) for v in lr.coef_[0]], intercept=float(lr.intercept_[0]),
-                    mean=[float(v) for v in mean], scale=[float(v) for v in scale])
+    z = (x - mean) / scale
+    cols = 1 if method == "top" else z.shape[1]
+    lr = LogisticRegression(C=1.0).fit(z[:, :cols], answerable)
+    coef = [float(v) for v in lr.coef_[0]] + [0.0] * (z.shape[1] - cols)
+    return SetModel(method, coef=coef, intercept=float(lr.intercept_[0]),
+                    mean=[float(v) for v in mean], scale=[float(v) for v in scale], retrieval=with_retrieval)
 
 
 @dataclass
@@ -151,12 +174,20 @@ class Calibrator:
         p = self.chunk(np.where(np.isfinite(scores), scores, 0.0))
         return np.where(np.isfinite(scores), np.clip(p, 0.0, 1.0), np.nan)
 
-    def set_probabilities(self, scores: np.ndarray, chunk_p: np.ndarray | None = None) -> np.ndarray:
-        """(B,) P(some chunk holds the evidence)."""
+    @property
+    def reads_retrieval(self) -> bool:
+        """Whether it needs the candidates' retrieval scores."""
+        return self.source == "retrieval_score" or self.set.retrieval
+
+    def set_probabilities(
+        self, scores: np.ndarray, chunk_p: np.ndarray | None = None, retrieval: np.ndarray | None = None
+    ) -> np.ndarray:
+        """(B,) P(some chunk holds the evidence) (``retrieval``: the candidates' retrieval
+        scores, when the set model reads them)."""
         scores = np.asarray(scores, dtype=np.float64)
         if chunk_p is None:
             chunk_p = self.chunk_probabilities(scores)
-        return np.clip(self.set(scores, chunk_p), 0.0, 1.0)
+        return np.clip(self.set(scores, chunk_p, retrieval), 0.0, 1.0)
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": CALIBRATION_VERSION, "source": self.source, "label_source": self.label_source,
@@ -211,27 +242,51 @@ def _brier(y: np.ndarray, p: np.ndarray) -> float:
     return float(np.mean((p - y) ** 2))
 
 
+def _expected_recall(p: np.ndarray, kept: np.ndarray) -> float:
+    """Expected evidence recall of keeping ``kept`` when chunk ``j`` of set ``b`` holds the
+    evidence with probability ``p[b, j]`` (at most one expected hit per set)."""
+    pz = np.where(np.isfinite(p), p, 0.0)
+    total = np.minimum(1.0, pz.sum(axis=1)).sum()
+    return float(np.minimum(1.0, (pz * kept).sum(axis=1)).sum() / total) if total > 0 else 1.0
+
+
 def _auto_threshold(chunk_p: np.ndarray, labels: np.ndarray, scores: np.ndarray) -> tuple[float, dict[str, float]]:
-    """The highest threshold whose evidence recall reaches fixed k=2's, on these sets."""
-    ans = labels.any(axis=1)
-    order = np.argsort(-np.where(np.isfinite(scores), scores, -np.inf), axis=1, kind="stable")
-    top2 = np.take_along_axis(labels, order[:, :2], axis=1).any(axis=1)
-    target = float(top2[ans].mean()) if ans.any() else 1.0
+    """The highest chunk-probability threshold whose expected evidence recall (from the
+    calibrated probabilities ``chunk_p``, out of fold) reaches fixed k=2's on these sets.
+
+    Expected rather than observed recall: a validation split has few answerable sets, and
+    when k=2 finds the evidence in every one of them, matching that observed recall would
+    mean a threshold below the least likely positive (keeping nearly every chunk). The
+    observed recalls are recorded beside it.
+    """
     real = np.isfinite(chunk_p)
-    best = (float(np.nanmin(chunk_p)), 0.0, 0.0)
-    for t in np.unique(chunk_p[real])[::-1]:
-        kept = real & (chunk_p >= t)
-        recall = float((kept & (labels > 0)).any(axis=1)[ans].mean()) if ans.any() else 1.0
-        if recall >= target - 1e-12:
-            best = (float(t), recall, float(kept.sum(axis=1).mean()))
+    order = np.argsort(-np.where(np.isfinite(scores), scores, -np.inf), axis=1, kind="stable")
+    top2 = np.zeros_like(real)
+    np.put_along_axis(top2, order[:, :2], True, axis=1)
+    top2 &= real
+    target = _expected_recall(chunk_p, top2)
+    ans = labels.any(axis=1)
+
+    def observed(kept: np.ndarray) -> float:
+        return float((kept & (labels > 0)).any(axis=1)[ans].mean()) if ans.any() else float("nan")
+
+    t = float(np.nanmin(chunk_p))
+    for cand in np.unique(chunk_p[real])[::-1]:
+        if _expected_recall(chunk_p, real & (chunk_p >= cand)) >= target - 1e-12:
+            t = float(cand)
             break
-    return best[0], {"k2_recall": target, "auto_recall": best[1], "auto_mean_kept": best[2]}
+    kept = real & (chunk_p >= t)
+    return t, {"k2_expected_recall": target, "auto_expected_recall": _expected_recall(chunk_p, kept),
+               "k2_recall": observed(top2), "auto_recall": observed(kept),
+               "auto_mean_kept": float(kept.sum(axis=1).mean())}
 
 
 def fit_calibrator(
-    scores: np.ndarray, labels: np.ndarray, *, source: str = "score", label_source: str = "", seed: int = 0
+    scores: np.ndarray, labels: np.ndarray, *, source: str = "score", label_source: str = "", seed: int = 0,
+    retrieval: np.ndarray | None = None,
 ) -> Calibrator:
-    """Fit a :class:`Calibrator` on validation scores ``(B, K)`` (``-inf`` padded) and labels.
+    """Fit a :class:`Calibrator` on validation scores ``(B, K)`` (``-inf`` padded) and labels
+    (``retrieval``: the candidates' retrieval scores, offered to the set model).
 
     Raises:
         DataError: no positive or no negative chunk (nothing to calibrate against).
@@ -263,14 +318,17 @@ def fit_calibrator(
     info["chunk_brier_oof"] = briers
     chunk_oof = np.where(real, oof[chunk_method], np.nan)
 
-    set_oof = {m: np.full(len(scores), np.nan) for m in ("logistic", "max", "noisy_or")}
+    methods = ["logistic", "top", "max", "noisy_or"] + (["logistic+retrieval"] if retrieval is not None else [])
+    set_oof = {m: np.full(len(scores), np.nan) for m in methods}
     have = np.isfinite(chunk_oof).any(axis=1)
     for f in np.unique(fold_of):
         tr, te = (fold_of != f) & have, (fold_of == f) & have
         if not te.any() or ans[tr].min(initial=1) == ans[tr].max(initial=0):
             continue
         for m in set_oof:
-            set_oof[m][te] = fit_set_model(scores[tr], ans[tr], m)(scores[te], chunk_oof[te])
+            rt = None if retrieval is None else (retrieval[tr], retrieval[te])
+            set_oof[m][te] = fit_set_model(scores[tr], ans[tr], m, None if rt is None else rt[0])(
+                scores[te], chunk_oof[te], None if rt is None else rt[1])
     okb = np.isfinite(set_oof["logistic"])
     set_briers = {m: _brier(ans[okb], set_oof[m][okb]) if okb.any() else float("inf") for m in set_oof}
     set_method = min(set_briers, key=set_briers.get)
@@ -280,7 +338,7 @@ def fit_calibrator(
     info["set_method_chosen_over"] = sorted(m for m in set_briers if m != set_method)
 
     chunk = fit_score_map(scores[real], labels[real], chunk_method)
-    set_model = fit_set_model(scores, ans, set_method)
+    set_model = fit_set_model(scores, ans, set_method, retrieval)
     pick = np.isfinite(chunk_oof).any(axis=1)
     t, op = _auto_threshold(chunk_oof[pick], labels[pick], scores[pick])
     info["auto_operating_point"] = op
@@ -298,8 +356,11 @@ def calibrate_selector(selector: Any, val: Sequence[Instance], features: Any = N
     scores = calibration_scores(selector, val, features)
     labels = label_matrix(val, spec, scores.shape[1])
     label_source = spec or ",".join(sorted({i.label_source for i in val}))
-    return fit_calibrator(scores, labels, source=getattr(selector, "calibration_source", "score"),
-                          label_source=label_source, seed=int(getattr(selector, "seed", 0) or 0))
+    source = getattr(selector, "calibration_source", "score")
+    have_scores = all(np.isfinite(c.score) for i in val for c in i.candidates)
+    return fit_calibrator(scores, labels, source=source, label_source=label_source,
+                          seed=int(getattr(selector, "seed", 0) or 0),
+                          retrieval=retrieval_score_matrix(val) if source == "score" and have_scores else None)
 
 
 # ------------------------------------------------------- the selector's hooks
@@ -338,7 +399,8 @@ def selector_probabilities(
     if cal.source != "score" or scores is None:
         scores = calibration_scores(selector, batch, features)
     chunk_p = cal.chunk_probabilities(scores)
-    return chunk_p, cal.set_probabilities(scores, chunk_p)
+    retrieval = retrieval_score_matrix(batch) if cal.set.retrieval else None
+    return chunk_p, cal.set_probabilities(scores, chunk_p, retrieval)
 
 
 def write_calibration(cal: Calibrator, folder: str | Path) -> None:

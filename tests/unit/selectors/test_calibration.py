@@ -90,10 +90,11 @@ def test_fit_calibrator_records_its_choices_and_an_auto_operating_point():
     scores = rng.normal(size=(300, 5)) + 1.5 * labels
     scores[0, 4] = -np.inf  # padding
     cal = fit_calibrator(scores, labels, label_source="containment")
-    assert cal.chunk.method in ("isotonic", "platt") and cal.set.method in ("logistic", "max", "noisy_or")
-    assert set(cal.info["set_brier_oof"]) == {"logistic", "max", "noisy_or"}
+    assert cal.chunk.method in ("isotonic", "platt") and cal.set.method in ("logistic", "top", "max", "noisy_or")
+    assert set(cal.info["set_brier_oof"]) == {"logistic", "top", "max", "noisy_or"}
     op = cal.info["auto_operating_point"]
-    assert op["auto_recall"] >= op["k2_recall"] and 0 < cal.auto_threshold < 1
+    assert op["auto_expected_recall"] >= op["k2_expected_recall"] and 0 < cal.auto_threshold < 1
+    assert op["auto_mean_kept"] < 2  # fewer chunks than k=2 on these validation sets
     p = cal.chunk_probabilities(scores)
     assert np.isnan(p[0, 4]) and np.all((p[np.isfinite(p)] >= 0) & (p[np.isfinite(p)] <= 1))
     ps = cal.set_probabilities(scores)
@@ -144,3 +145,21 @@ def test_retrieval_order_is_calibrated_on_its_retrieval_scores(tmp_path):
     np.testing.assert_array_equal(load_selector(tmp_path / "r").probabilities(test)[1], set_p)
     # no validation split: no calibrator, and saving writes none
     assert RetrievalSelector().fit(train).calibrator_ is None
+
+
+def test_set_model_may_read_retrieval_scores_and_says_so():
+    rng = np.random.default_rng(4)
+    labels = np.zeros((300, 5), dtype=np.int8)
+    ans = rng.random(300) < 0.4
+    labels[ans, rng.integers(0, 5, ans.sum())] = 1
+    scores = rng.normal(size=(300, 5)) + 1.0 * labels  # a weak within-set signal
+    retrieval = 0.3 + 0.05 * rng.normal(size=(300, 5)) + 0.3 * ans[:, None]  # the set-level signal
+    cal = fit_calibrator(scores, labels, retrieval=retrieval)
+    assert "logistic+retrieval" in cal.info["set_brier_oof"]
+    assert cal.set.method == "logistic+retrieval" and cal.set.retrieval and cal.reads_retrieval
+    p = cal.set_probabilities(scores, retrieval=retrieval)
+    assert p[ans].mean() > p[~ans].mean() + 0.3
+    with pytest.raises(DataError, match="retrieval scores"):
+        cal.set_probabilities(scores)
+    again = Calibrator.from_dict(json.loads(json.dumps(cal.to_dict())))
+    np.testing.assert_array_equal(again.set_probabilities(scores, retrieval=retrieval), p)

@@ -26,18 +26,17 @@ from pathlib import Path
 
 import numpy as np
 
-from chunksel.eval.abstention import TARGETS, format_abstention, plot_abstention, run_abstention
+from chunksel.study.abstention import TARGETS, format_abstention, plot_abstention, run_abstention
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _bench_parts():
-    """The benchmark's profiles and selector factory (before and after the study/ move)."""
-    try:
-        from chunksel.study.bench import PROFILES, _make  # type: ignore[import-not-found]
-    except ImportError:
-        from chunksel.bench import PROFILES, _make
-    return PROFILES, _make
+    """The benchmark's profiles and selector factory."""
+    from chunksel.study.fitting import make_selector
+    from chunksel.study.profiles import PROFILES
+
+    return PROFILES, make_selector
 
 
 def main() -> None:

@@ -25,6 +25,8 @@ PLOT_FILES: dict[str, str] = {
     "significance": "significance.png",
     "curve": "learning_curve.png",
     "answers": "answer_f1_vs_prefill.png",
+    "abstention_risk_coverage": "abstention_risk_coverage.png",
+    "abstention_reliability": "abstention_reliability.png",
 }
 
 Results = BenchResults | Mapping[str, Any]

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from chunksel.errors import require
+from chunksel.study.abstention import plot_reliability, plot_risk_coverage
 from chunksel.study.format import PLOT_FILES, Results, as_number, table1_average
 from chunksel.study.generation_tables import answer_condition_label
 from chunksel.study.names import dataset_label, selector_label
@@ -241,6 +242,8 @@ def write_plots(results: Results, out_dir: str | Path) -> dict[str, Path]:
         "significance": plot_significance,
         "curve": plot_learning_curve,
         "answers": plot_answers,
+        "abstention_risk_coverage": lambda r, p: plot_risk_coverage(r.abstention, p),
+        "abstention_reliability": lambda r, p: plot_reliability(r.abstention, p),
     }
     made: dict[str, Path] = {}
     for kind, maker in makers.items():

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from chunksel.study.abstention import format_abstention
 from chunksel.study.format import Results, md_table
 from chunksel.study.generation_tables import format_answers, format_llm
 from chunksel.study.names import dataset_label, selector_label
@@ -131,6 +132,12 @@ def render_markdown(results: Results, plots: Mapping[str, str] | None = None) ->
             "backend seconds; answered from the response cache on a re-run, where seconds are "
             "those of the original call). k: how many passages utility kept (dynamic k).",
             [],
+        ),
+        (
+            "Abstention: calibrated probabilities on every test set",
+            format_abstention(res.abstention, selector_label) if res.abstention else "",
+            "",
+            ["abstention_risk_coverage", "abstention_reliability"],
         ),
         (
             "Learning curves",

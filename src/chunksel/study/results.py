@@ -29,6 +29,7 @@ same layout without Table 4, and is read as such)::
       "learning_curve": {<dataset>: {"usable_train": int, "sizes": [int],
                                      "per_selector": {<selector>: {<size>: %}}}},
       "answers": {<dataset>: answer_table(...) output},      # Table 4 (version 2)
+      "abstention": {<dataset>: {<selector>: abstention_summary(...) + "calibrator"}},  # optional
       "llm": {<dataset>: {"questions", "answerable", "question_ids",   # Table 5 (optional)
                           "rows": {<selector>: {"accuracy": %, "ci": [lo, hi], "n"}},
                           "cost": {<LLM selector>: {"calls_per_query", "prompt_tokens_per_query",
@@ -100,6 +101,8 @@ class BenchResults:
     learning_curve: dict[str, LearningCurve] = field(default_factory=dict)
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
     llm: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: dataset -> selector -> calibrated abstention figures (chunksel.study.abstention)
+    abstention: dict[str, dict[str, Any]] = field(default_factory=dict)
     extra_metrics: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
     reused_results: int = 0
@@ -145,6 +148,7 @@ class BenchResults:
                                for d, c in self.learning_curve.items()},
             "answers": self.answers,
             "llm": self.llm,
+            "abstention": self.abstention,
             "extra_metrics": self.extra_metrics,
             "timings_s": self.timings_s,
             "reused_results": self.reused_results,
@@ -207,6 +211,7 @@ class BenchResults:
             table2=table2, table3=table3, generator_ablation=ga, pooled=pooled, significance=sig,
             learning_curve=curves, answers=dict(_map(x.get("answers"), "answers")),
             llm=dict(_map(x.get("llm"), "llm")),
+            abstention=dict(_map(x.get("abstention"), "abstention")),
             extra_metrics={str(n): {str(d): dict(_map(m, f"extra_metrics.{n}.{d}")) for d, m in _map(per, n).items()}
                            for n, per in _map(x.get("extra_metrics"), "extra_metrics").items()},
             timings_s=dict(_map(x.get("timings_s"), "timings_s")),

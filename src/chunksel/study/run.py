@@ -224,7 +224,16 @@ def run_study(
             study's, and pools nothing); None in the whole study.
     """
     from chunksel.selectors import get_selector_class
-    from chunksel.study import ablations, answers, curves, llm_table, paper, pooled, table1
+    from chunksel.study import (
+        ablations,
+        abstention,
+        answers,
+        curves,
+        llm_table,
+        paper,
+        pooled,
+        table1,
+    )
     from chunksel.study.report import write_report
     from chunksel.study.tables import format_table1
 
@@ -258,6 +267,7 @@ def run_study(
         learning_curve=curves.learning_curves(study),
         llm=llm_table.llm_table(study),
         answers=answers.answers(study),
+        abstention=abstention.abstention(study),
         extra_metrics=study.extra,
     )
     results.timings_s = {**timings, "total": time.time() - t_start}

@@ -69,8 +69,14 @@ class Study:
             metrics, h, ans, picks = evaluate_selector(sel, sp["test"], self.features, picks=True)
             val = evaluate_selector(sel, sp["val"], self.features)[0]["accuracy"] if sp["val"] else None
             cost = measure_cost(sel, sp["test"], self.features, self.prof.latency_queries) if want_cost else None
+            if stage == "table1":  # the calibrated probabilities on every test set (study.abstention)
+                from chunksel.study.abstention import abstention_of
+
+                ab = abstention_of(sel, sp["test"], self.features) if sel.calibrator_ is not None else None
+            else:
+                ab = None
             res = self.memo.put(key, {"metrics": metrics, "hits": h, "answerable": ans, "cost": cost,
-                                      "val_accuracy": val, "picks": picks})
+                                      "val_accuracy": val, "picks": picks, "abstention": ab})
         return res
 
     def strongest(self, names: Sequence[str], ds: str | None = None) -> str | None:

@@ -1,17 +1,20 @@
 """The abstention stage: calibrated probabilities measured on every test set.
 
 Per dataset and selector, on ALL test sets (answerable and unanswerable; rank-1 accuracy
-elsewhere reads the answerable ones only): the selector is fitted as the study fits it
-(training split, validation split; the fit now also calibrates it on validation,
-:mod:`chunksel.selectors.calibration`), then :func:`chunksel.eval.calibration.abstention_summary`
-gives set-level AUROC, per-chunk ECE (15 equal-mass bins) and Brier, abstention on
-unanswerable sets at the threshold keeping 80% of answerable ones, risk-coverage, and
-k="auto" against fixed k=1 and k=2. Baselines read the same way: retrieval order (whose
-calibrator reads the retriever's cosine), BM25, LambdaMART.
+elsewhere reads the answerable ones only): the selector as Table 1 fitted it (training
+split, validation split; the fit also calibrates it on validation,
+:mod:`chunksel.selectors.calibration`), measured by
+:func:`chunksel.eval.calibration.abstention_summary`: set-level AUROC, per-chunk ECE (15
+equal-mass bins) and Brier, abstention on unanswerable sets at the threshold keeping 80%
+of answerable ones, risk-coverage, and k="auto" against fixed k=1 and k=2. Baselines
+read the same way: retrieval order (whose calibrator reads the retriever's cosine), BM25,
+LambdaMART. The LLM selectors have no calibrator and no row.
 
-:func:`run_abstention` computes it, :func:`format_abstention` renders the report's
-section, :func:`plot_abstention` draws a risk-coverage plot and a reliability diagram
-per dataset.
+In the study, :func:`abstention_of` runs inside Table 1's memoised fit (first seed's
+result read by :func:`abstention`); :func:`run_abstention` fits and measures on its own
+(``benchmarks/abstention.py``). :func:`format_abstention` renders the report's section,
+:func:`plot_risk_coverage` and :func:`plot_reliability` its two figures (one panel per
+dataset).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def targets_met(s: Mapping[str, Any]) -> dict[str, bool]:
     }
 
 
-def evaluate_selector(sel: Any, test: Sequence[Any], features: Any = None) -> dict[str, Any]:
+def abstention_of(sel: Any, test: Sequence[Any], features: Any = None) -> dict[str, Any]:
     """The abstention summary of a fitted, calibrated selector on ``test``."""
     from chunksel.selectors.calibration import calibration_scores
     from chunksel.types import label_matrix
@@ -77,7 +80,7 @@ def run_abstention(
             if getattr(sel, "query_cost", "") == "llm":
                 continue
             sel.fit(sp["train"], features, sp["val"])
-            s = evaluate_selector(sel, sp["test"], features)
+            s = abstention_of(sel, sp["test"], features)
             s["seconds"] = round(time.time() - t0, 1)
             out[ds][name] = s
             say(summary_line(ds, name, s))
@@ -136,40 +139,80 @@ def format_abstention(results: Mapping[str, Mapping[str, Any]], label: Callable[
     return "\n".join(lines + notes)
 
 
-def plot_abstention(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path, prefix: str = "abstention") -> list[Path]:
-    """Per dataset: ``<prefix>_<ds>_risk_coverage.png`` and ``<prefix>_<ds>_reliability.png``
-    (matplotlib's Agg canvas; nothing without matplotlib)."""
+def abstention(study: Any) -> dict[str, dict[str, Any]]:
+    """``{dataset: {selector: summary}}`` from Table 1's fits (each selector's first seed;
+    read from the memo, so after :func:`chunksel.study.table1.table1` nothing is refitted)."""
+    from chunksel.selectors import get_selector_class
+
+    out: dict[str, dict[str, Any]] = {}
+    for ds in study.datasets:
+        for name in study.selectors:
+            cls = get_selector_class(name)
+            if cls.query_cost == "llm":
+                continue
+            s = (study.prof.seeds if cls.requires_fit else (study.seed,))[0]
+            res = study.fit_eval(name, s, ds, want_cost=ds == study.cost_dataset)
+            if res.get("abstention") is not None:
+                out.setdefault(ds, {})[name] = res["abstention"]
+    return out
+
+
+def _panels(results: Mapping[str, Mapping[str, Any]]) -> tuple[Any, list[Any], list[str]] | None:
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        return []
-    out_dir = Path(out_dir)
-    written = []
-    for ds, per in results.items():
-        for kind in ("risk_coverage", "reliability"):
-            fig = Figure(figsize=(6, 4.2), dpi=120)
-            FigureCanvasAgg(fig)
-            ax = fig.add_subplot()
-            for name, s in per.items():
-                if "error" in s:
-                    continue
-                if kind == "risk_coverage":
-                    ax.plot(s["risk_coverage"]["coverage"], s["risk_coverage"]["accuracy"],
-                            label=f"{name} (AUROC {s['auroc']:.2f})")
-                else:
-                    ax.plot(s["reliability"]["mean_probability"], s["reliability"]["frequency"], marker="o",
-                            markersize=3, label=f"{name} (ECE {s['chunk_ece']:.3f})")
-            if kind == "risk_coverage":
-                ax.set(xlabel="coverage (share of test sets answered, most confident first)",
-                       ylabel="selective rank-1 accuracy", title=f"{ds}: risk-coverage", ylim=(0, 1.02))
-            else:
-                ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
-                ax.set(xlabel="calibrated P(evidence), 15 equal-mass bins", ylabel="observed share with evidence",
-                       title=f"{ds}: reliability (chunks)", xlim=(0, 1), ylim=(0, 1))
-            ax.legend(fontsize=8)
-            fig.tight_layout()
-            path = out_dir / f"{prefix}_{ds}_{kind}.png"
-            fig.savefig(path, format="png")
-            written.append(path)
-    return written
+        return None
+    dss = [ds for ds, per in results.items() if any("error" not in s for s in per.values())]
+    if not dss:
+        return None
+    cols = min(3, len(dss))
+    rows = -(-len(dss) // cols)
+    fig = Figure(figsize=(4.2 * cols, 3.4 * rows), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig, [fig.add_subplot(rows, cols, n + 1) for n in range(len(dss))], dss
+
+
+def plot_risk_coverage(results: Mapping[str, Mapping[str, Any]], path: str | Path) -> Path | None:
+    """Selective rank-1 accuracy against coverage, one panel per dataset (None: nothing to draw)."""
+    made = _panels(results)
+    if made is None:
+        return None
+    fig, axes, dss = made
+    for ax, ds in zip(axes, dss):
+        for name, s in results[ds].items():
+            if "error" not in s:
+                ax.plot(s["risk_coverage"]["coverage"], s["risk_coverage"]["accuracy"],
+                        label=f"{name} ({s['auroc']:.2f})")
+        ax.set(title=ds, xlabel="coverage (most confident sets first)", ylabel="selective rank-1", ylim=(0, 1.02))
+        ax.legend(fontsize=6, title="AUROC", title_fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return Path(path)
+
+
+def plot_reliability(results: Mapping[str, Mapping[str, Any]], path: str | Path) -> Path | None:
+    """Per-chunk reliability diagrams (15 equal-mass bins), one panel per dataset."""
+    made = _panels(results)
+    if made is None:
+        return None
+    fig, axes, dss = made
+    for ax, ds in zip(axes, dss):
+        ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
+        for name, s in results[ds].items():
+            if "error" not in s:
+                ax.plot(s["reliability"]["mean_probability"], s["reliability"]["frequency"], marker="o",
+                        markersize=2, label=f"{name} ({s['chunk_ece']:.3f})")
+        ax.set(title=ds, xlabel="calibrated P(evidence)", ylabel="observed share", xlim=(0, 1), ylim=(0, 1))
+        ax.legend(fontsize=6, title="ECE", title_fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return Path(path)
+
+
+def plot_abstention(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path) -> list[Path]:
+    """Both figures into ``out_dir`` (``abstention_risk_coverage.png``, ``abstention_reliability.png``)."""
+    out = Path(out_dir)
+    made = [plot_risk_coverage(results, out / "abstention_risk_coverage.png"),
+            plot_reliability(results, out / "abstention_reliability.png")]
+    return [p for p in made if p is not None]

@@ -28,6 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--index", choices=["none", "ivfpq"], default="none",
                    help="also build the IVF-PQ index shard by shard (default none)")
     p.add_argument("--shard-rows", type=int, default=4096, help="passages per shard (default 4096)")
+    p.add_argument("--encoder-engine", choices=["torch", "onnx", "onnx-int8"], default="torch",
+                   help="torch (sentence-transformers), or MiniLM on ONNX Runtime: onnx (fp32), onnx-int8")
     add_ray_options(p)
 
 
@@ -61,11 +63,11 @@ def features(args: argparse.Namespace, settings: Settings) -> int:
 
 def embed(args: argparse.Namespace, settings: Settings) -> int:
     from chunksel.data.corpus import Corpus, user_corpus_path
-    from chunksel.retrieval.encoder import Encoder
+    from chunksel.retrieval.onnx_encoder import make_encoder
 
     progress = not settings.quiet
     corpus = Corpus.load(user_corpus_path(args.corpus), progress=progress)
-    encoder = Encoder()
+    encoder = make_encoder(args.encoder_engine, threads=args.threads)
     if args.ray or args.ray_address:
         from chunksel.bulk.jobs import encode_corpus
 

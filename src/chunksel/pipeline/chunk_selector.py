@@ -271,6 +271,9 @@ class ChunkSelector:
         """Load any saved selector (checksums verified) and check its provenance.
 
         ``quantize`` / ``engine`` override the inference settings of a prototype selector.
+        ``encoder`` may be an encoder object or an engine name: ``"torch"``
+        (sentence-transformers), ``"onnx"`` or ``"onnx-int8"`` (MiniLM on ONNX Runtime,
+        :class:`~chunksel.retrieval.onnx_encoder.OnnxEncoder`).
         The encoder is checked against the saved encoder id here (without loading it);
         the generator when it loads.
         """
@@ -285,6 +288,10 @@ class ChunkSelector:
             sel = cls_.load(path, quantize=quantize, engine=engine)
         else:
             sel = cls_.load(path)
+        if isinstance(encoder, str):  # an engine name: "torch", "onnx", "onnx-int8"
+            from chunksel.retrieval.onnx_encoder import make_encoder
+
+            encoder = make_encoder(encoder)
         out = cls(sel, encoder=encoder, generator=generator, corpus=corpus, path=path,
                   embedding_cache=embedding_cache)
         if encoder is None and out.inputs & _ENCODER_INPUTS and out.provenance.get("encoder_id"):

@@ -173,7 +173,7 @@ def fill_embeddings(encoder: Any, cache: EmbeddingCache | None, inputs: frozense
 
     if cache is not None and flat:
         # chunks through the cache; the questions go with the cache misses in one call
-        enc_id = str(getattr(encoder, "model_id", "") or type(encoder).__name__)
+        enc_id = str(getattr(encoder, "cache_id", "") or getattr(encoder, "model_id", "") or type(encoder).__name__)
         got = cache.get_many([cache_key(t, enc_id) for t in flat])
         missing = list(dict.fromkeys(flat[j] for j, v in enumerate(got) if v is None))
         vecs = encode(missing + qs) if missing or qs else None

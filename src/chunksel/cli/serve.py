@@ -36,6 +36,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per request before a 504 (default 30)")
     p.add_argument("--batch-wait-ms", type=float, default=0.0,
                    help="collect /select requests arriving within this many ms into one batch (default 0: off)")
+    p.add_argument("--max-batch-chunks", type=int, default=256,
+                   help="chunks summed over the questions of one /select/batch request (default 256)")
+    p.add_argument("--no-admission", action="store_true",
+                   help="queue every request up to --queue instead of answering 503 at once when the "
+                        "predicted wait would pass the timeout")
+    p.add_argument("--workers", type=int, default=1,
+                   help="server processes sharing the port, each loading the models once (default 1)")
+    p.add_argument("--encoder", choices=["torch", "onnx", "onnx-int8"], default="torch",
+                   help="retriever encoder engine for raw-text requests: torch (sentence-transformers), or "
+                        "MiniLM on ONNX Runtime, onnx (fp32) or onnx-int8 (default torch)")
+    p.add_argument("--embedding-cache", default=None, metavar="FILE",
+                   help="also keep the chunk-embedding cache in this SQLite file (shared by the workers)")
+    p.add_argument("--embedding-cache-items", type=int, default=20_000,
+                   help="chunk embeddings kept in memory per worker (default 20000; 0 = none)")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -46,7 +60,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         answer=not args.no_answer, max_request_bytes=args.max_request_bytes, max_chunks=args.max_chunks,
         max_chunk_chars=args.max_chunk_chars, max_questions=args.max_questions,
         max_new_tokens=args.max_new_tokens, concurrency=args.concurrency, queue=args.queue,
-        timeout_s=args.timeout, batch_wait_ms=args.batch_wait_ms,
+        timeout_s=args.timeout, batch_wait_ms=args.batch_wait_ms, max_batch_chunks=args.max_batch_chunks,
+        admission=not args.no_admission, workers=args.workers, encoder=args.encoder,
+        embedding_cache_path=args.embedding_cache, embedding_cache_items=args.embedding_cache_items,
     )
     serve(args.model, serve_settings, corpus=args.corpus, generator=args.generator)
     return 0

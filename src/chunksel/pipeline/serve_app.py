@@ -8,6 +8,7 @@ import asyncio
 import hmac
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from chunksel.pipeline.serve_requests import (
     ServeSettings,
     parse_select,
     public_paths,
+    worker_info,
 )
 
 try:  # module level: FastAPI resolves the endpoints' (string) annotations in these globals
@@ -33,7 +35,17 @@ log = logging.getLogger("chunksel.serve")
 
 # ------------------------------------------------------------------- the app
 class _Gate:
-    """Bounded concurrency, a bounded wait queue and the request timeout."""
+    """Bounded concurrency, a bounded wait queue, admission control and the request
+    deadline.
+
+    Admission: the gate keeps a moving average of how long the work of one request takes;
+    a request whose predicted wait (the requests ahead of it over the worker count, times
+    that average) would not leave it time to finish before its deadline is answered 503
+    at once, with ``Retry-After``, instead of being queued to time out. A request whose
+    client has gone by the time a worker is free is dropped unworked; a started request
+    carries its deadline into :meth:`ChunkSelector.select_batch`, which stops before the
+    next stage once it has passed.
+    """
 
     def __init__(self, s: ServeSettings, metrics: Metrics) -> None:
         self.s = s
@@ -41,26 +53,57 @@ class _Gate:
         self.pool = ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="chunksel-serve")
         self.sem: asyncio.Semaphore | None = None
         self.waiting = 0
+        self.service_s: float | None = None  # moving average of one request's work
 
-    async def run(self, fn: Callable[[], Any], t0: float) -> tuple[Any, float]:
+    def deadline(self, t0: float) -> float:
+        """The request's deadline on the ``time.monotonic()`` clock."""
+        return time.monotonic() + self.s.timeout_s - (time.perf_counter() - t0)
+
+    def admit(self, t0: float) -> None:
+        """503 now (with Retry-After) when the queue is full or the wait would eat the deadline."""
+        ahead = self.waiting + self.metrics.in_flight
+        if self.waiting >= self.s.queue:
+            self.metrics.drop("queue_full")
+            raise self._busy(f"{self.waiting} requests are waiting; the limit is {self.s.queue}", "queue",
+                             self.s.queue, ahead)
+        if not self.s.admission or self.service_s is None or ahead < self.s.concurrency:
+            return  # a worker is free: always try
+        wait = max(0, ahead - self.s.concurrency + 1) / self.s.concurrency * self.service_s
+        left = self.s.timeout_s - (time.perf_counter() - t0)
+        if wait + self.service_s > left:
+            self.metrics.drop("admission")
+            raise self._busy(f"the server is at capacity: about {wait:.1f} s of queued work, which would not "
+                             f"leave this request time to finish within {self.s.timeout_s:g} s", "timeout_s",
+                             self.s.timeout_s, ahead)
+
+    def _busy(self, message: str, limit: str, most: float, ahead: int) -> ApiError:
+        retry = 1 if self.service_s is None else max(1, math.ceil(ahead / self.s.concurrency * self.service_s))
+        return ApiError(503, "busy", message, headers={"Retry-After": str(retry)}, limit=limit, max=most,
+                        retry_after_s=retry)
+
+    async def run(self, fn: Callable[[], Any], t0: float, request: Any = None) -> tuple[Any, float]:
         """Run ``fn`` in the pool; returns (its result, ms spent waiting for a slot)."""
         if self.sem is None:
             self.sem = asyncio.Semaphore(self.s.concurrency)
-        if self.waiting >= self.s.queue:
-            raise ApiError(503, "busy", f"{self.waiting} requests are waiting; the limit is {self.s.queue}",
-                           limit="queue", max=self.s.queue)
+        self.admit(t0)
         self.waiting += 1
         try:
             await asyncio.wait_for(self.sem.acquire(), timeout=max(0.0, self.s.timeout_s - (time.perf_counter() - t0)))
         except asyncio.TimeoutError:
+            self.metrics.drop("deadline_in_queue")
             raise self._timeout() from None
         finally:
             self.waiting -= 1
         queued = (time.perf_counter() - t0) * 1e3
         self.metrics.in_flight += 1
         try:
+            if request is not None and await request.is_disconnected():
+                self.metrics.drop("client_gone")
+                raise ApiError(499, "client_gone", "the client closed the connection before the work started")
             left = self.s.timeout_s - (time.perf_counter() - t0)
-            fut = asyncio.get_running_loop().run_in_executor(self.pool, fn)
+            started = time.perf_counter()
+            fut = asyncio.get_running_loop().run_in_executor(self.pool, self._call, fn)
+            fut.add_done_callback(lambda _f: self._observe(time.perf_counter() - started))
             try:
                 return await asyncio.wait_for(fut, timeout=max(0.0, left)), queued
             except asyncio.TimeoutError:
@@ -68,6 +111,17 @@ class _Gate:
         finally:
             self.metrics.in_flight -= 1
             self.sem.release()
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        """In a worker thread: ``fn``, counting the work a passed deadline stopped."""
+        try:
+            return fn()
+        except DeadlineExceeded as err:
+            self.metrics.drop(f"deadline_before_{err.stage}")
+            raise
+
+    def _observe(self, seconds: float) -> None:
+        self.service_s = seconds if self.service_s is None else 0.8 * self.service_s + 0.2 * seconds
 
     def _timeout(self) -> ApiError:
         return ApiError(504, "timeout", f"the request took longer than {self.s.timeout_s:g} s",
@@ -140,13 +194,13 @@ class _Batcher:
             return
         items = [b[0] for b in batch]
         try:
-            results: list[Any] = _select_many(self.cs, items)
+            results: list[Any] = _select_many(self.cs, items, min(it["deadline"] for it in items))
             errors: list[BaseException | None] = [None] * len(items)
-        except Exception:  # noqa: BLE001 - find the bad request(s)
+        except Exception:  # noqa: BLE001 - find the bad request(s), each under its own deadline
             results, errors = [], []
             for it in items:
                 try:
-                    results.append(_select_many(self.cs, [it])[0])
+                    results.append(_select_many(self.cs, [it], it["deadline"])[0])
                     errors.append(None)
                 except Exception as err:  # noqa: BLE001
                     results.append(None)
@@ -166,7 +220,7 @@ def _settle(fut: asyncio.Future, result: Any, error: BaseException | None) -> No
         fut.set_result(result)
 
 
-def _select_many(cs: Any, items: list[dict[str, Any]]) -> list[Any]:
+def _select_many(cs: Any, items: list[dict[str, Any]], deadline: float | None = None) -> list[Any]:
     """One ``select_batch`` over parsed requests; each result keeps its own ``k``,
     ``threshold`` and ``min_p`` (:func:`chunksel.pipeline.select_rules.restrict`)."""
     import warnings
@@ -187,6 +241,7 @@ def _select_many(cs: Any, items: list[dict[str, Any]]) -> list[Any]:
             chunk_scores=[it.get("chunk_scores") for it in items],
             features=[it.get("features") for it in items],
             titles=[it.get("titles") for it in items],
+            deadline=deadline,
         )
     for it, r in zip(items, res, strict=True):
         restrict(r, it["k"], it.get("threshold"), it.get("min_p"), None if cal is None else cal.auto_threshold)
@@ -256,7 +311,7 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
             return JSONResponse(body)
         except ApiError as err:
             status = err.status
-            return JSONResponse(err.body(), status_code=err.status)
+            return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
         except DeadlineExceeded as err:  # the request's time ran out between two stages
             status = 504
             return JSONResponse({"error": "timeout", "message": str(err), "stage": err.stage,
@@ -279,10 +334,12 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
     async def select(request: Request):
         async def work(t0):
             item = parse_select(await body_json(request), s)
+            item["deadline"] = gate.deadline(t0)
             if batcher is not None:
+                gate.admit(t0)
                 res, queued = await batcher.submit(item, t0)
             else:
-                out, queued = await gate.run(lambda: _select_many(cs, [item]), t0)
+                out, queued = await gate.run(lambda: _select_many(cs, [item], item["deadline"]), t0, request)
                 res = out[0]
             return res.to_dict(), {**res.timings, "queue": queued}
 
@@ -300,7 +357,12 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
                 raise ApiError(413, "limit_exceeded", f"{len(items)} items; the limit is {s.max_questions}",
                                limit="max_questions", max=s.max_questions)
             parsed = [parse_select(it, s, f"items[{i}]: ") for i, it in enumerate(items)]
-            out, queued = await gate.run(lambda: _select_many(cs, parsed), t0)
+            total = sum(len(it["chunks"]) for it in parsed)
+            if total > s.max_batch_chunks:
+                raise ApiError(413, "limit_exceeded", f"{total} chunks over the batch's questions; the limit is "
+                               f"{s.max_batch_chunks}", limit="max_batch_chunks", max=s.max_batch_chunks)
+            deadline = gate.deadline(t0)
+            out, queued = await gate.run(lambda: _select_many(cs, parsed, deadline), t0, request)
             metrics.batch(len(parsed))
             return {"results": [r.to_dict() for r in out]}, {**out[0].timings, "queue": queued}
 
@@ -332,7 +394,8 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
                     warnings.simplefilter("ignore", UnscoredChunksWarning)
                     return cs.answer(item["question"], item["chunks"], max_new_tokens=mnt, **kw)
 
-            (text, sel), queued = await gate.run(run, t0)
+            kw["deadline"] = gate.deadline(t0)
+            (text, sel), queued = await gate.run(run, t0, request)
             return {"answer": text, "selection": sel.to_dict()}, {**sel.timings, "queue": queued}
 
         return await handle(request, "/answer", work)
@@ -341,6 +404,7 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
     async def health(request: Request):
         async def work(t0):
             return {"status": "ok", "selector": public_paths(cs.describe()), "answer": s.answer,
+                    "worker": worker_info(),
                     "settings": {k: v for k, v in s.public().items() if k not in ("host", "port")}}, {}
 
         return await handle(request, "/health", work)

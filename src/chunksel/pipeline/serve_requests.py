@@ -38,10 +38,20 @@ class ServeSettings:
     queue: int = 64
     timeout_s: float = 30.0
     batch_wait_ms: float = 0.0
+    #: chunks summed over the questions of one /select/batch request
+    max_batch_chunks: int = 256
+    #: answer 503 at once when the predicted wait would not leave time to do the work
+    admission: bool = True
+    #: encoder engine ("torch", "onnx", "onnx-int8") and the chunk-embedding cache
+    encoder: str = "torch"
+    embedding_cache_items: int = 20_000
+    embedding_cache_path: str | None = None
+    #: server processes sharing the port, each with its own copy of the models
+    workers: int = 1
 
     def check(self) -> ServeSettings:
         for name in ("max_request_bytes", "max_chunks", "max_chunk_chars", "max_questions", "max_new_tokens",
-                     "concurrency", "queue"):
+                     "concurrency", "queue", "max_batch_chunks", "workers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")
@@ -51,6 +61,11 @@ class ServeSettings:
             raise ConfigError(f"batch wait must be in [0, 1000] ms, got {self.batch_wait_ms}")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"port must be in [0, 65535], got {self.port}")
+        if self.encoder not in ("torch", "onnx", "onnx-int8"):
+            raise ConfigError(f"encoder must be torch, onnx or onnx-int8, got {self.encoder!r}")
+        if isinstance(self.embedding_cache_items, bool) or not isinstance(self.embedding_cache_items, int) \
+                or self.embedding_cache_items < 0:
+            raise ConfigError(f"embedding_cache_items must be a whole number >= 0, got {self.embedding_cache_items!r}")
         return self
 
     def public(self) -> dict[str, Any]:
@@ -62,9 +77,11 @@ class ServeSettings:
 class ApiError(Exception):
     """An HTTP error with a JSON body ``{"error": code, "message": ..., **extra}``."""
 
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None,
+                 **extra: Any) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.extra = status, code, message, extra
+        self.headers = headers
 
     def body(self) -> dict[str, Any]:
         return {"error": self.code, "message": self.message, **self.extra}
@@ -81,6 +98,12 @@ class Metrics:
         self.batches = 0
         self.batched_requests = 0
         self.in_flight = 0
+        #: work not done, by reason (admission, queue_full, client_gone, deadline_*)
+        self.dropped: dict[str, int] = defaultdict(int)
+
+    def drop(self, reason: str) -> None:
+        with self._lock:
+            self.dropped[reason] += 1
 
     def count(self, endpoint: str, status: int) -> None:
         with self._lock:
@@ -117,6 +140,7 @@ class Metrics:
                 "batches": self.batches,
                 "batched_requests": self.batched_requests,
                 "in_flight": self.in_flight,
+                "dropped": dict(self.dropped),
             }
 
 
@@ -200,3 +224,21 @@ def public_paths(obj: Any) -> Any:
     if isinstance(obj, str) and obj.startswith(("/", "~")) and len(obj) > 1:
         return Path(obj).name
     return obj
+
+
+def rss_mb(pid: int | str = "self") -> float | None:
+    """Resident memory of a process in MiB (Linux ``/proc``; None elsewhere)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def worker_info() -> dict[str, Any]:
+    """This server process: its pid and resident memory (``/health``)."""
+    import os
+
+    return {"pid": os.getpid(), "rss_mb": rss_mb()}

@@ -24,13 +24,24 @@ bytes (413), questions per batch, chunks per question and characters per chunk (
 shape 422, a missing or wrong ``X-API-Key`` (when a key is set) 401.
 
 Concurrency: at most ``concurrency`` requests run at once in a thread pool; up to
-``queue`` more wait (a request beyond that gets 503 ``busy``); a request that takes
-longer than ``timeout_s`` (waiting included) gets 504 (its work finishes in the
-background and is dropped). With ``batch_wait_ms`` > 0, ``/select`` requests are batched
-continuously: those that arrive within that window, or while every worker is busy, run
-as one batch (:meth:`ChunkSelector.select_batch`: one encoder call, one batched warm-up
-pass, one scoring call) as soon as a worker is free; a batch that fails is retried
-request by request, so one bad request never fails its neighbours.
+``queue`` more wait. Overload degrades gracefully: a request's deadline is ``timeout_s``
+after it arrived; the gate predicts its wait from the work ahead of it and answers 503
+``busy`` at once, with ``Retry-After``, when it would not finish in time (``admission``);
+a request whose client has left is dropped before its work starts; a started one
+carries its deadline into :meth:`ChunkSelector.select_batch`, which stops before the next
+stage (encode, warm-up, score) once it has passed (504, ``stage`` named). ``/metrics``
+counts the dropped work by reason. ``/select/batch`` is bounded by the chunks over all
+its questions (``max_batch_chunks``). With ``batch_wait_ms`` > 0, ``/select`` requests
+are batched continuously: those that arrive within that window, or while every worker
+is busy, run as one batch (one encoder call, one batched warm-up pass, one scoring call)
+as soon as a worker is free; a batch that fails is retried request by request, so one
+bad request never fails its neighbours.
+
+Both cores: ``workers`` > 1 runs that many server processes on one socket
+(:mod:`chunksel.pipeline.serve_workers`), each loading the models once; ``/health``
+reports the answering worker's pid and resident memory. Raw-text requests go through a
+chunk-embedding cache (``embedding_cache_items`` per worker, optionally a shared SQLite
+file) and the ``encoder`` engine (``onnx-int8``: MiniLM on ONNX Runtime).
 
 Models load once, before the port opens. The server binds 127.0.0.1 unless told
 otherwise; on SIGINT/SIGTERM uvicorn stops accepting, lets running requests finish (up to
@@ -41,57 +52,13 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from chunksel.errors import require
 from chunksel.pipeline.serve_app import create_app
+from chunksel.pipeline.serve_boot import bind, load_for_serving, make_server
 from chunksel.pipeline.serve_requests import STAGES, ApiError, Metrics, ServeSettings, public_paths
-
-
-def load_for_serving(model: str | Path, settings: ServeSettings, corpus: str | None = None,
-                     generator: str | None = None) -> Any:
-    """Load the selector and every model it (and /answer) needs, once."""
-    from chunksel.pipeline.chunk_selector import ChunkSelector
-
-    cs = ChunkSelector.load(model, corpus=corpus, generator=generator)
-    return cs.warm(generator=True if settings.answer else None)
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening-ready TCP socket on (host, port); port 0 picks a free one.
-
-    The socket is created with ``IPPROTO_TCP`` and ``TCP_NODELAY``: asyncio sets
-    TCP_NODELAY on an accepted connection only when its protocol is TCP, and Linux
-    accepted sockets inherit the option from the listener. Without it Nagle's algorithm
-    meets the client's delayed ACK and each response waits about 40 ms.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    return sock
-
-
-def make_server(app: Any, settings: ServeSettings, on_ready: Callable[[], None] | None = None) -> Any:
-    """A ``uvicorn.Server`` for ``app`` (graceful shutdown waits up to ``timeout_s``);
-    ``on_ready`` runs once the socket accepts connections."""
-    uvicorn = require("uvicorn", "serve")
-
-    class _Server(uvicorn.Server):
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            await super().startup(sockets=sockets)
-            if on_ready is not None and not self.should_exit:
-                on_ready()
-
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=max(1, int(settings.timeout_s)),
-                            limit_concurrency=settings.concurrency + settings.queue + 16)
-    return _Server(config)
 
 
 def serve(model: str | Path, settings: ServeSettings, corpus: str | None = None, generator: str | None = None) -> None:
@@ -102,6 +69,11 @@ def serve(model: str | Path, settings: ServeSettings, corpus: str | None = None,
     require("uvicorn", "serve")
     settings.check()
     warn_if_exposed(settings)
+    if settings.workers > 1:
+        from chunksel.pipeline.serve_workers import serve_workers
+
+        serve_workers(model, settings, corpus, generator)
+        return
     cs = load_for_serving(model, settings, corpus, generator)
     sock = bind(settings.host, settings.port)
     host, port = sock.getsockname()[:2]

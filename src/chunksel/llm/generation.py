@@ -33,8 +33,6 @@ from typing import Any
 from chunksel.config import cache_root, config_hash
 from chunksel.errors import DataError
 
-#: separator between several chosen chunks inside the generation prompt's chunk part
-CHUNK_JOIN = "\n\n"
 #: version of the answer records' definition (part of the cache key)
 ANSWER_VERSION = 2  # 2: logits of the last position only (TTFT and memory as a runtime would)
 
@@ -119,13 +117,10 @@ class Generator:
         self._warm: tuple[str, Any] | None = None
 
     def prompt_ids(self, question: str, chunks: Sequence[str]) -> list[int]:
-        """The generation prompt's ids: the question-only prompt without chunks, else
-        question then the chunks joined by :data:`CHUNK_JOIN`."""
-        from chunksel.llm.prompts import generation_prompt_ids, question_prompt_ids
+        """The generation prompt's ids (:func:`chunksel.features.kv.answer_prompt_ids`)."""
+        from chunksel.features.kv import answer_prompt_ids
 
-        if not chunks:
-            return question_prompt_ids(self.tokenizer, question)
-        return generation_prompt_ids(self.tokenizer, question, CHUNK_JOIN.join(c.strip() for c in chunks))
+        return answer_prompt_ids(self.tokenizer, question, chunks)
 
     def warm_up(self, question: str) -> Any:
         """The question's warm-up pass (kept for the next answers of the same question)."""
@@ -136,38 +131,11 @@ class Generator:
         return self._warm[1]
 
     def _greedy(self, ids: list[int], cache: Any, keep: int, max_new: int) -> tuple[list[int], float]:
-        """Greedy decoding from ``ids[keep:]`` on ``cache`` (cropped to ``keep``):
-        ``(new token ids, TTFT seconds)``."""
-        import torch
+        """:func:`chunksel.features.kv.greedy_decode`: ``(new token ids, TTFT seconds)``."""
+        from chunksel.features.kv import greedy_decode
 
-        from chunksel.features.kv import _cache_name, _crop
-
-        name = _cache_name()
-        device = next(self.model.parameters()).device
-        eos = getattr(self.tokenizer, "eos_token_id", None)
-        if cache is not None:
-            _crop(cache, keep)
-        out: list[int] = []
-        ttft = 0.0
-        with torch.inference_mode():
-            step = torch.tensor([ids[keep:]], device=device)
-            pos = keep
-            t0 = time.perf_counter()
-            for i in range(max_new):
-                n = step.shape[1]
-                kw = {name: cache} if cache is not None else {}
-                res = self.model(input_ids=step, use_cache=True, logits_to_keep=1, **kw,
-                                 position_ids=torch.arange(pos, pos + n, device=device)[None])
-                cache = getattr(res, name)
-                nxt = int(res.logits[0, -1].argmax())
-                if i == 0:
-                    ttft = time.perf_counter() - t0
-                pos += n
-                if eos is not None and nxt == eos:
-                    break
-                out.append(nxt)
-                step = torch.tensor([[nxt]], device=device)
-        return out, ttft
+        toks, ttft, _ = greedy_decode(self.model, self.tokenizer, ids, cache, keep, max_new)
+        return toks, ttft
 
     def answer(self, question: str, chunks: Sequence[str], measure_noreuse: bool = True) -> Answer:
         """Generate one answer with KV reuse (and, when asked, time a fresh prefill too)."""
@@ -226,6 +194,8 @@ class AnswerCache:
     def for_generator(cls, model_id: str, max_new_tokens: int, cache: str | os.PathLike | None = None) -> AnswerCache:
         """The cache file of one generator and its settings."""
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id)
+        from chunksel.features.kv import CHUNK_JOIN
+
         key = config_hash({"model": model_id, "max_new_tokens": max_new_tokens, "join": CHUNK_JOIN,
                            "version": ANSWER_VERSION})
         return cls(cache_root(cache) / "answers" / slug / f"answers-{key}.jsonl")

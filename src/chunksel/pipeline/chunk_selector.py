@@ -568,20 +568,11 @@ class ChunkSelector:
         """The question-only warm-up pass with its KV cache
         (:class:`chunksel.features.kv.WarmUp`). ``r`` averages over the question's own
         tokens, as the feature store's extraction does (the features it was trained on)."""
-        import torch
-
-        from chunksel.features.adapters import make_adapter
-        from chunksel.features.extract import _pad_id, forward_with_features
-        from chunksel.features.kv import WarmUp, _cache_name
-        from chunksel.llm.prompts import question_prompt
+        from chunksel.features.kv import warm_up
 
         model, tokenizer, _ = self.generator()
-        prompt = question_prompt(tokenizer, question)
-        with self._gen_lock, torch.inference_mode():
-            h, r, out = forward_with_features(model, make_adapter(model), [prompt.ids], _pad_id(tokenizer),
-                                              spans=[prompt.span], use_cache=True)
-        return WarmUp(ids=list(prompt.ids), cache=getattr(out, _cache_name()), h=h[0].cpu().numpy(),
-                      r=r[0].cpu().numpy(), next_logits=out.logits[0, -1].float().cpu().numpy())
+        with self._gen_lock:
+            return warm_up(model, tokenizer, question)
 
     # ----------------------------------------------------------------- answer
     def answer(

@@ -60,3 +60,28 @@ def test_warm_up_features_equal_the_feature_store_rows(tok):
     ref = extract_features(model, tok, [question], progress=False)
     np.testing.assert_allclose(warm.h, ref["h"][0], atol=1e-5)
     np.testing.assert_allclose(warm.r, ref["r"][0], atol=1e-5)
+
+
+def test_one_generation_path_for_the_answer_table_and_chunk_selector(tok):
+    """The answer table's Generator and generate_with_reuse (ChunkSelector.answer, /answer)
+    build the same prompt and decode with the same loop: the same answer, for several chunks
+    (stripped, joined by a blank line) and for none (the warm-up prompt itself)."""
+    from types import SimpleNamespace
+
+    from chunksel.features.kv import answer_prompt_ids
+    from chunksel.llm.generation import Generator
+
+    model = tiny_llama()
+    question = "Who wrote Hamlet?"
+    chunks = ["  " + CHUNK + "\n", "Macbeth is another of his tragedies."]
+    assert answer_prompt_ids(tok, question, chunks) == generation_prompt_ids(
+        tok, question, CHUNK + "\n\n" + "Macbeth is another of his tragedies.")
+    gen = Generator(SimpleNamespace(model=model, tokenizer=tok, model_id="tiny"), max_new_tokens=6)
+    for pick in (chunks, chunks[:1], []):
+        ans = gen.answer(question, pick, measure_noreuse=False)
+        warm = warm_up(model, tok, question)
+        out = generate_with_reuse(model, tok, question, pick, warm.cache, warm.ids, max_new_tokens=6)
+        assert gen.prompt_ids(question, pick) == answer_prompt_ids(tok, question, pick)
+        assert (out.text, len(out.token_ids), out.prompt_len) == (ans.text, ans.tokens_out, ans.prompt_tokens)
+        assert out.prompt_len - out.reused == ans.prefill_tokens
+    assert answer_prompt_ids(tok, question, []) == warm.ids  # no context: the warm-up prompt

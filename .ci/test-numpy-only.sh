@@ -17,5 +17,5 @@ fi
   tests/unit/core/test_types.py tests/unit/core/test_selector_base.py tests/unit/core/test_layering.py \
   tests/unit/core/test_structure.py \
   tests/unit/data/test_jsonl.py tests/unit/data/test_text_splits.py tests/unit/data/test_chunks.py \
-  tests/unit/eval/test_eval_metrics.py tests/unit/eval/test_eval_significance.py tests/unit/study/test_results.py \
+  tests/unit/eval/test_eval_metrics.py tests/unit/eval/test_eval_significance.py tests/unit/study/test_results.py tests/unit/study/test_compare.py \
   tests/unit/eval/test_eval_cost.py tests/unit/eval/test_quantization_seeds.py "$@"

@@ -8,7 +8,8 @@ significance), :mod:`.pooled`, :mod:`.curves`, :mod:`.llm_table` (Table 5),
 :mod:`.answers` (Table 4, through :mod:`.answer_table`), :mod:`.run` (``run_bench``,
 ``run_study``, the ``bench --jobs`` workers), and the report:
 :mod:`.results` / :mod:`.records` (typed results), :mod:`.report`, :mod:`.tables`,
-:mod:`.targets`, :mod:`.generation_tables`, :mod:`.format`, :mod:`.plots`.
+:mod:`.targets`, :mod:`.generation_tables`, :mod:`.format`, :mod:`.plots`; :mod:`.compare`
+(are two results the same figures?).
 
 Importing the package imports nothing (the results and report modules need numpy only).
 """

@@ -15,8 +15,9 @@ themselves (and so every ranking) untouched:
   :class:`~chunksel.pipeline.chunk_selector.ChunkSelector` compute them).
 
 The default operating point of ``k="auto"`` is chosen on the same out-of-fold
-probabilities: the highest chunk-probability threshold whose expected evidence recall
-reaches that of a fixed ``k=2`` (:func:`_auto_threshold`).
+probabilities: the highest chunk-probability threshold whose evidence recall reaches
+that of a fixed ``k=2``, capped so that it keeps no more chunks per set than k=2 does
+(:func:`_auto_threshold`).
 
 The retrieval-order selector scores ``-rank``; its calibrator reads the candidates'
 retrieval scores instead (``source="retrieval_score"``: the retriever's cosine).
@@ -242,43 +243,33 @@ def _brier(y: np.ndarray, p: np.ndarray) -> float:
     return float(np.mean((p - y) ** 2))
 
 
-def _expected_recall(p: np.ndarray, kept: np.ndarray) -> float:
-    """Expected evidence recall of keeping ``kept`` when chunk ``j`` of set ``b`` holds the
-    evidence with probability ``p[b, j]`` (at most one expected hit per set)."""
-    pz = np.where(np.isfinite(p), p, 0.0)
-    total = np.minimum(1.0, pz.sum(axis=1)).sum()
-    return float(np.minimum(1.0, (pz * kept).sum(axis=1)).sum() / total) if total > 0 else 1.0
-
-
 def _auto_threshold(chunk_p: np.ndarray, labels: np.ndarray, scores: np.ndarray) -> tuple[float, dict[str, float]]:
-    """The highest chunk-probability threshold whose expected evidence recall (from the
-    calibrated probabilities ``chunk_p``, out of fold) reaches fixed k=2's on these sets.
+    """The ``k="auto"`` operating point on these (validation) sets, out of fold.
 
-    Expected rather than observed recall: a validation split has few answerable sets, and
-    when k=2 finds the evidence in every one of them, matching that observed recall would
-    mean a threshold below the least likely positive (keeping nearly every chunk). The
-    observed recalls are recorded beside it.
+    The highest chunk-probability threshold whose evidence recall (answerable sets with a
+    kept positive) reaches that of a fixed k=2, unless that keeps more chunks per set than
+    k=2 does: then the threshold that keeps at most as many (k=2's budget, spent where the
+    probabilities are highest).
     """
     real = np.isfinite(chunk_p)
     order = np.argsort(-np.where(np.isfinite(scores), scores, -np.inf), axis=1, kind="stable")
     top2 = np.zeros_like(real)
     np.put_along_axis(top2, order[:, :2], True, axis=1)
     top2 &= real
-    target = _expected_recall(chunk_p, top2)
     ans = labels.any(axis=1)
 
-    def observed(kept: np.ndarray) -> float:
-        return float((kept & (labels > 0)).any(axis=1)[ans].mean()) if ans.any() else float("nan")
+    def recall(kept: np.ndarray) -> float:
+        return float((kept & (labels > 0)).any(axis=1)[ans].mean()) if ans.any() else 1.0
 
-    t = float(np.nanmin(chunk_p))
-    for cand in np.unique(chunk_p[real])[::-1]:
-        if _expected_recall(chunk_p, real & (chunk_p >= cand)) >= target - 1e-12:
-            t = float(cand)
-            break
+    target, budget = recall(top2), float(top2.sum(axis=1).mean())
+    cands = np.unique(chunk_p[real])[::-1]
+    t_recall = next((float(t) for t in cands if recall(real & (chunk_p >= t)) >= target - 1e-12), float(cands[-1]))
+    t_budget = next((float(t) for t in cands[::-1] if (real & (chunk_p >= t)).sum(axis=1).mean() <= budget + 1e-12),
+                    float(cands[0]))
+    t = max(t_recall, t_budget)
     kept = real & (chunk_p >= t)
-    return t, {"k2_expected_recall": target, "auto_expected_recall": _expected_recall(chunk_p, kept),
-               "k2_recall": observed(top2), "auto_recall": observed(kept),
-               "auto_mean_kept": float(kept.sum(axis=1).mean())}
+    return t, {"k2_recall": target, "k2_mean_kept": budget, "auto_recall": recall(kept),
+               "auto_mean_kept": float(kept.sum(axis=1).mean()), "capped_at_k2_budget": t_budget > t_recall}
 
 
 def fit_calibrator(

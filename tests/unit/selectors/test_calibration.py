@@ -93,8 +93,9 @@ def test_fit_calibrator_records_its_choices_and_an_auto_operating_point():
     assert cal.chunk.method in ("isotonic", "platt") and cal.set.method in ("logistic", "top", "max", "noisy_or")
     assert set(cal.info["set_brier_oof"]) == {"logistic", "top", "max", "noisy_or"}
     op = cal.info["auto_operating_point"]
-    assert op["auto_expected_recall"] >= op["k2_expected_recall"] and 0 < cal.auto_threshold < 1
-    assert op["auto_mean_kept"] < 2  # fewer chunks than k=2 on these validation sets
+    assert 0 < cal.auto_threshold < 1 and op["auto_mean_kept"] <= op["k2_mean_kept"] + 1e-12  # k=2's budget
+    # 60% of these sets have no evidence: k=2's recall fits in fewer chunks
+    assert op["auto_recall"] >= op["k2_recall"] and op["auto_mean_kept"] < 2 and not op["capped_at_k2_budget"]
     p = cal.chunk_probabilities(scores)
     assert np.isnan(p[0, 4]) and np.all((p[np.isfinite(p)] >= 0) & (p[np.isfinite(p)] <= 1))
     ps = cal.set_probabilities(scores)
@@ -163,3 +164,18 @@ def test_set_model_may_read_retrieval_scores_and_says_so():
         cal.set_probabilities(scores)
     again = Calibrator.from_dict(json.loads(json.dumps(cal.to_dict())))
     np.testing.assert_array_equal(again.set_probabilities(scores, retrieval=retrieval), p)
+
+
+def test_auto_operating_point_never_keeps_more_than_k2():
+    from chunksel.selectors.calibration import _auto_threshold
+
+    # every set answerable and the evidence anywhere: k=2's recall needs every chunk, so the
+    # threshold is capped at k=2's budget (2 chunks per set)
+    rng = np.random.default_rng(5)
+    labels = np.zeros((60, 5), dtype=np.int8)
+    labels[np.arange(60), rng.integers(0, 5, 60)] = 1
+    scores = rng.normal(size=(60, 5))
+    p = 1 / (1 + np.exp(-scores))
+    t, op = _auto_threshold(p, labels, scores)
+    assert op["capped_at_k2_budget"] and op["auto_mean_kept"] <= 2.0
+    assert (p >= t).sum(axis=1).mean() == op["auto_mean_kept"]

@@ -20,7 +20,7 @@ import importlib
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from chunksel.errors import ConfigError
+from chunksel.errors import ConfigError, DataError
 
 
 class Graph(NamedTuple):
@@ -50,6 +50,7 @@ def export_selector(selector: Any, path: str | Path, quantize: str = "fp32") -> 
     Raises:
         ConfigError: the selector declares no exportable graph, or ``quantize`` is not
             one its graph supports.
+        DataError: its weights hold NaN (the file is not kept).
     """
     kind = graph_kind(selector)
     if kind is None:
@@ -58,7 +59,29 @@ def export_selector(selector: Any, path: str | Path, quantize: str = "fp32") -> 
             f"{' or '.join(GRAPHS)} selector"
         )
     graph = GRAPHS[kind]
-    return getattr(importlib.import_module(graph.module), graph.exporter)(selector, path, quantize=quantize)
+    out = getattr(importlib.import_module(graph.module), graph.exporter)(selector, path, quantize=quantize)
+    check_finite_weights(out)
+    return out
+
+
+def check_finite_weights(path: str | Path) -> None:
+    """Refuse (and delete) a graph whose weights hold NaN: a checkpoint can
+    carry a valid checksum over damaged weights, and such a graph only outputs NaN.
+
+    Raises:
+        DataError: naming the first non-finite initializer.
+    """
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    path = Path(path)
+    for init in onnx.load(str(path)).graph.initializer:
+        arr = numpy_helper.to_array(init)
+        if arr.dtype.kind == "f" and np.isnan(arr).any():  # (-inf is a legitimate mask constant)
+            path.unlink(missing_ok=True)
+            raise DataError(f"the selector's weights hold NaN values ({init.name}): its ONNX graph "
+                            f"would output NaN; nothing was written (retrain or restore the checkpoint)")
 
 
 def open_graph(kind: str, model: str | Path | bytes) -> Any:
@@ -67,4 +90,4 @@ def open_graph(kind: str, model: str | Path | bytes) -> Any:
     return getattr(importlib.import_module(graph.module), graph.runner)(model)
 
 
-__all__ = ["GRAPHS", "Graph", "export_selector", "graph_kind", "open_graph"]
+__all__ = ["GRAPHS", "Graph", "check_finite_weights", "export_selector", "graph_kind", "open_graph"]

@@ -88,10 +88,16 @@ class OnnxEncoder:
 
         folder = self.path or default_dir(self.model_id)
         meta_file = folder / "meta.json"
-        if not meta_file.is_file() or self.quantize not in json.loads(meta_file.read_text()).get("quantize", []):
+        if not self._exported(meta_file):
             if self.path is not None:
                 raise DataError(f"{folder} holds no {self.quantize} encoder export (chunksel.export.encoder)")
-            export_encoder(self.model_dir, folder, max_seq_length=self.max_seq_length)
+            import fcntl
+
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            with open(folder.parent / f".{folder.name}.lock", "w") as lock:  # one exporter (server workers)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not self._exported(meta_file):
+                    export_encoder(self.model_dir, folder, max_seq_length=self.max_seq_length)
         meta = json.loads(meta_file.read_text())
         if meta.get("model_id") != self.model_id or meta.get("max_seq_length") != self.max_seq_length:
             raise DataError(f"{folder}: exported from {meta.get('model_id')!r} (L{meta.get('max_seq_length')}), "
@@ -108,6 +114,9 @@ class OnnxEncoder:
         self._session = ort.InferenceSession(str(graph), sess_options=opts, providers=["CPUExecutionProvider"])
         self._tok = load_tokenizer(folder / "tokenizer.json", self.max_seq_length)
         return self
+
+    def _exported(self, meta_file: Path) -> bool:
+        return meta_file.is_file() and self.quantize in json.loads(meta_file.read_text()).get("quantize", [])
 
     def encode(self, texts: Sequence[str], progress: bool = False, batch_size: int | None = None) -> np.ndarray:
         """Embed ``texts`` -> float32 ``(N, dim)``, each row L2-normalised."""

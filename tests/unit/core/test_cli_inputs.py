@@ -101,3 +101,23 @@ def test_label_hint_for_a_benchmark_repeats_the_build_settings(tmp_path):
                                               "--k 5 --limit 100 --index ivfpq")
     assert "--source utility" in _label_hint(built, "utility")
     assert _label_hint(built, "containment") == ""
+
+
+def test_export_refuses_nan_weights_that_carry_a_valid_checksum(capsys, tmp_path, toy_instances):
+    pytest.importorskip("onnxruntime")
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from chunksel.features.base import InMemoryFeatures
+    from chunksel.selectors import make_selector
+
+    ids = [i.id for i in toy_instances]
+    feats = InMemoryFeatures(ids, h=np.ones((len(ids), 3)), r=np.ones((len(ids), 2)))
+    sel = make_selector("prototype", blocks="chunk", hidden=8, max_epochs=2, patience=1, progress=False)
+    sel.fit([i for i in toy_instances if i.split == "train"], feats)
+    with torch.no_grad():
+        next(p for p in sel.model_.parameters() if p.ndim == 2).fill_(float("nan"))
+    sel.save(tmp_path / "m")  # the checksums are computed over the NaN weights: they verify
+    code, _, err = _run(capsys, "export", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "m.onnx"))
+    assert code == 2 and "weights hold NaN values" in err and "nothing was written" in err
+    assert not (tmp_path / "m.onnx").exists()

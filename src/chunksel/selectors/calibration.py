@@ -4,8 +4,10 @@ A :class:`Calibrator` turns a selector's scores into two probabilities, leaving 
 themselves (and so every ranking) untouched:
 
 - per chunk, P(the chunk holds the evidence): a monotone map of the chunk's score,
-  isotonic regression or Platt scaling (scikit-learn), whichever has the lower Brier score
-  out of fold on the validation sets (5-fold, grouped by set);
+  isotonic regression or Platt scaling (scikit-learn), or the rank-aware
+  P(set answerable) x P(evidence at the chunk's rank | answerable) (``set_rank``: the
+  set model below times per-rank rates), whichever has the lowest Brier score out of fold
+  on the validation sets (5-fold, grouped by set);
 - per set, P(some chunk of the set holds the evidence), calibrated as its own quantity:
   a logistic model over the set's sorted scores (top score, second score, their gap, the
   mean; plus, when the candidates carry retrieval scores, the top retrieval score and its
@@ -65,6 +67,8 @@ class ScoreMap:
 
     def __call__(self, s: np.ndarray) -> np.ndarray:
         s = np.asarray(s, dtype=np.float64)
+        if self.method == "set_rank":
+            raise ValueError("a set_rank map needs the whole set: use Calibrator.chunk_probabilities")
         if self.method == "isotonic":
             return np.interp(s, self.x, self.y)
         return _sigmoid(self.coef * (s - self.mean) / self.scale + self.intercept)
@@ -90,6 +94,28 @@ def fit_score_map(s: np.ndarray, y: np.ndarray, method: str) -> ScoreMap:
         lr = LogisticRegression(C=1e4).fit(((s - mean) / scale)[:, None], y)
         return ScoreMap("platt", coef=float(lr.coef_[0, 0]), intercept=float(lr.intercept_[0]), mean=mean, scale=scale)
     raise ValueError(f"unknown calibration method {method!r}")
+
+
+def score_ranks(scores: np.ndarray) -> np.ndarray:
+    """(B, K) each slot's 0-based rank in its set by score (ties: column order)."""
+    order = np.argsort(-np.where(np.isfinite(scores), scores, -np.inf), axis=1, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(scores.shape[1])[None, :].repeat(len(scores), 0), axis=1)
+    return ranks
+
+
+def rank_rates(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """(K,) P(evidence at rank r | the set is answerable), smoothed towards the mean rate
+    (one pseudo-set) and made non-increasing in r."""
+    real = np.isfinite(scores)
+    ans = (labels.astype(bool) & real).any(axis=1)
+    ranks = score_ranks(scores)
+    prior = float(labels[ans][real[ans]].mean()) if ans.any() else 0.0
+    q = np.empty(scores.shape[1])
+    for r in range(scores.shape[1]):
+        at = (ranks == r) & real & ans[:, None]
+        q[r] = (labels[at].sum() + prior) / (at.sum() + 1.0)
+    return np.minimum.accumulate(q)
 
 
 def set_features(scores: np.ndarray, retrieval: np.ndarray | None = None) -> np.ndarray:
@@ -169,11 +195,18 @@ class Calibrator:
     label_source: str = ""
     info: dict[str, Any] = field(default_factory=dict)
 
-    def chunk_probabilities(self, scores: np.ndarray) -> np.ndarray:
-        """(B, K) P(evidence), NaN at padded (non-finite) slots."""
+    def chunk_probabilities(self, scores: np.ndarray, retrieval: np.ndarray | None = None) -> np.ndarray:
+        """(B, K) P(evidence), NaN at padded (non-finite) slots (``retrieval``: the
+        candidates' retrieval scores, when the set model reads them)."""
         scores = np.asarray(scores, dtype=np.float64)
-        p = self.chunk(np.where(np.isfinite(scores), scores, 0.0))
-        return np.where(np.isfinite(scores), np.clip(p, 0.0, 1.0), np.nan)
+        real = np.isfinite(scores)
+        if self.chunk.method == "set_rank":  # P(set answerable) x P(evidence at this rank | answerable)
+            q = np.asarray(self.chunk.y)
+            ranks = np.minimum(score_ranks(scores), len(q) - 1)
+            p = self.set(scores, None, retrieval)[:, None] * q[ranks]
+        else:
+            p = self.chunk(np.where(real, scores, 0.0))
+        return np.where(real, np.clip(p, 0.0, 1.0), np.nan)
 
     @property
     def reads_retrieval(self) -> bool:
@@ -186,8 +219,8 @@ class Calibrator:
         """(B,) P(some chunk holds the evidence) (``retrieval``: the candidates' retrieval
         scores, when the set model reads them)."""
         scores = np.asarray(scores, dtype=np.float64)
-        if chunk_p is None:
-            chunk_p = self.chunk_probabilities(scores)
+        if chunk_p is None and self.set.method in ("max", "noisy_or"):
+            chunk_p = self.chunk_probabilities(scores, retrieval)
         return np.clip(self.set(scores, chunk_p, retrieval), 0.0, 1.0)
 
     def to_dict(self) -> dict[str, Any]:
@@ -328,7 +361,20 @@ def fit_calibrator(
     info["set_brier_oof"] = set_briers
     info["set_method_chosen_over"] = sorted(m for m in set_briers if m != set_method)
 
-    chunk = fit_score_map(scores[real], labels[real], chunk_method)
+    # a rank-aware alternative: P(set answerable) x P(evidence at this rank | answerable)
+    if set_method in ("logistic", "logistic+retrieval", "top"):
+        ranks = score_ranks(scores)
+        sr_oof = np.full(scores.shape, np.nan)
+        for f in np.unique(fold_of):
+            tr, te = fold_of != f, fold_of == f
+            q = rank_rates(scores[tr], labels[tr])
+            sr_oof[te] = set_oof[set_method][te][:, None] * q[ranks[te]]
+        both = np.isfinite(sr_oof) & np.isfinite(chunk_oof) & real
+        info["chunk_brier_oof"]["set_rank"] = _brier(labels[both], sr_oof[both]) if both.any() else float("inf")
+        if both.any() and info["chunk_brier_oof"]["set_rank"] < _brier(labels[both], chunk_oof[both]):
+            chunk_method, chunk_oof = "set_rank", np.where(real, sr_oof, np.nan)
+    chunk = (ScoreMap("set_rank", y=[float(v) for v in rank_rates(scores, labels)]) if chunk_method == "set_rank"
+             else fit_score_map(scores[real], labels[real], chunk_method))
     set_model = fit_set_model(scores, ans, set_method, retrieval)
     pick = np.isfinite(chunk_oof).any(axis=1)
     t, op = _auto_threshold(chunk_oof[pick], labels[pick], scores[pick])
@@ -389,8 +435,8 @@ def selector_probabilities(
         raise NotFittedError(f"selector {selector.name!r} is not calibrated: fit it with a validation split (val=)")
     if cal.source != "score" or scores is None:
         scores = calibration_scores(selector, batch, features)
-    chunk_p = cal.chunk_probabilities(scores)
     retrieval = retrieval_score_matrix(batch) if cal.set.retrieval else None
+    chunk_p = cal.chunk_probabilities(scores, retrieval)
     return chunk_p, cal.set_probabilities(scores, chunk_p, retrieval)
 
 

@@ -179,3 +179,27 @@ def test_auto_operating_point_never_keeps_more_than_k2():
     t, op = _auto_threshold(p, labels, scores)
     assert op["capped_at_k2_budget"] and op["auto_mean_kept"] <= 2.0
     assert (p >= t).sum(axis=1).mean() == op["auto_mean_kept"]
+
+
+def test_rank_aware_chunk_probabilities_when_the_set_signal_is_elsewhere():
+    """Scores rank within a set but say nothing across sets; the retrieval scores say
+    which sets hold evidence: P(set) x P(rank) wins on validation and k=auto then keeps
+    fewer chunks than k=2 at k=2's recall there."""
+    rng = np.random.default_rng(6)
+    n = 400
+    labels = np.zeros((n, 5), dtype=np.int8)
+    ans = rng.random(n) < 0.4
+    labels[ans, rng.integers(0, 2, ans.sum())] = 1  # evidence at rank 1 or 2 by score
+    scores = np.sort(rng.normal(size=(n, 5)), axis=1)[:, ::-1] - rng.normal(size=(n, 1)) * 3  # set offsets
+    retrieval = 0.3 + 0.05 * rng.normal(size=(n, 5)) + 0.3 * ans[:, None]
+    cal = fit_calibrator(scores, labels, retrieval=retrieval)
+    assert cal.chunk.method == "set_rank" and cal.set.retrieval
+    assert cal.info["chunk_brier_oof"]["set_rank"] < min(cal.info["chunk_brier_oof"][m] for m in ("isotonic", "platt"))
+    p = cal.chunk_probabilities(scores, retrieval)
+    assert np.all(np.diff(p, axis=1) <= 1e-12)  # within a set: non-increasing with the rank (scores sorted)
+    op = cal.info["auto_operating_point"]
+    assert op["auto_mean_kept"] < op["k2_mean_kept"] and op["auto_recall"] >= op["k2_recall"]
+    again = Calibrator.from_dict(json.loads(json.dumps(cal.to_dict())))
+    np.testing.assert_array_equal(again.chunk_probabilities(scores, retrieval), p)
+    with pytest.raises(ValueError, match="whole set"):
+        cal.chunk(scores[0])

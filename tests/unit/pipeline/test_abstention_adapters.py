@@ -48,8 +48,8 @@ def test_llamaindex_postprocessor_may_return_no_node(cs):
 
     q = np.eye(8, dtype=np.float32)[1].tolist()
 
-    def nodes(emb):
-        return [NodeWithScore(node=TextNode(text=t, id_=f"n{j}", embedding=emb[j].tolist()), score=0.5)
+    def nodes(emb, score=0.1):  # the retriever's scores: low, like the toy sets without evidence
+        return [NodeWithScore(node=TextNode(text=t, id_=f"n{j}", embedding=emb[j].tolist()), score=score)
                 for j, t in enumerate(TEXTS)]
 
     bundle = QueryBundle(QUESTION, embedding=q)
@@ -57,5 +57,5 @@ def test_llamaindex_postprocessor_may_return_no_node(cs):
     assert ChunkselNodePostprocessor(cs, top_n=3, min_p=1.0).postprocess_nodes(nodes(_far(3)), bundle) == []
     assert len(ChunkselNodePostprocessor(cs, top_n=1).postprocess_nodes(nodes(_far(3)), bundle)) == 1
     near = np.vstack([_far(2), GOOD[None, :]])
-    kept = ChunkselNodePostprocessor(cs, top_n="auto").postprocess_nodes(nodes(near), bundle)
+    kept = ChunkselNodePostprocessor(cs, top_n="auto").postprocess_nodes(nodes(near, 0.6), bundle)
     assert "n2" in [n.node.node_id for n in kept]

@@ -1,18 +1,13 @@
 """The cost columns of Table 1: trainable parameters, saved size and batch-1 latency on
-one torch thread (:func:`chunksel.eval.cost.selector_cost`)."""
+one thread (:func:`chunksel.eval.cost.selector_cost`)."""
 
 from __future__ import annotations
 
 
 def measure_cost(selector, batch, features, n: int) -> dict:
-    """Parameters, saved size and batch-1 latency on one torch thread."""
-    import torch
-
+    """Parameters, saved size and batch-1 latency, all on one thread."""
     from chunksel.eval.cost import selector_cost
+    from chunksel.threads import limit_threads
 
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with limit_threads(1):
         return selector_cost(selector, batch[:n], features, repeats=3, warmup=3).to_dict()
-    finally:
-        torch.set_num_threads(prev)

@@ -73,6 +73,24 @@ def test_the_scan_sees_an_environment_read(tmp_path):
     assert _env_names(src) == {"CHUNKSEL_CACHE", "CHUNKSEL_X"}
 
 
+def test_threads_are_limited_in_one_place():
+    """torch/FAISS/BLAS thread counts are set only by chunksel.threads."""
+    setters = {"set_num_threads", "omp_set_num_threads", "threadpool_limits"}
+    bad = {}
+    for rel, p in _modules().items():
+        if rel == "threads.py":
+            continue
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        names |= {v for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(v := n.value, str)
+                  and re.fullmatch(r"(OMP|MKL|OPENBLAS)_NUM_THREADS", v)}
+        if hit := (names & setters) | {x for x in names if x.endswith("_NUM_THREADS")}:
+            bad[rel] = sorted(hit)
+    assert not bad, f"thread limits set outside chunksel/threads.py: {bad}"
+
+
 def test_the_command_line_imports_nothing_heavy_until_a_command_runs():
     code = ("import sys\nfrom chunksel.cli import build_parser\nbuild_parser()\n"
             "heavy = ('torch', 'transformers', 'faiss', 'onnx', 'onnxruntime', 'sklearn', 'lightgbm', 'bm25s',"

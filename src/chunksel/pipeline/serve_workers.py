@@ -27,14 +27,10 @@ from chunksel.pipeline.serve_requests import ServeSettings, rss_mb
 def _worker(model: str, settings: ServeSettings, corpus: str | None, generator: str | None, sock: socket.socket,
             ready: Any, index: int) -> None:
     """One worker process: one-thread inference, load once, serve on the shared socket."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        import torch
+    from chunksel.threads import set_threads
 
-        torch.set_num_threads(1)
-    except ImportError:  # pragma: no cover - a selector without torch
-        pass
+    set_threads(1)  # torch, FAISS and the BLAS/OpenMP pools of this worker
     from chunksel.pipeline.serve_app import create_app
     from chunksel.pipeline.serve_boot import load_for_serving, make_server
 

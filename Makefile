@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test bench bench-full bench-large lint models
+.PHONY: install test test-servers bench bench-full bench-large lint models
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,15 @@ test: install models
 	$(BIN)/python -m pytest -q -m "not slow"
 	PYTHON=$(PYTHON) bash .ci/test-transformers4.sh
 	PYTHON=$(PYTHON) bash .ci/test-numpy-only.sh
+
+# the servers tier: transformers serve (needs transformers[serving]; TSERVE_PYTHON may name
+# another interpreter that has it) and llama.cpp's server (LLAMACPP_PYTHON, a Python with
+# llama-cpp-python[server]; skipped when unset) on 127.0.0.1, serving SmolLM2
+TSERVE_PYTHON ?= $(BIN)/python
+LLAMACPP_PYTHON ?=
+test-servers: install models
+	CHUNKSEL_TEST_SERVERS=1 CHUNKSEL_TSERVE_PYTHON=$(TSERVE_PYTHON) CHUNKSEL_LLAMACPP_PYTHON=$(LLAMACPP_PYTHON) \
+		$(BIN)/python -m pytest -q -m servers tests/servers
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks

@@ -12,6 +12,11 @@
   parsing; :class:`LocalBackend` (:mod:`chunksel.llm.local`, transformers) and
   :class:`OpenAIBackend` (:mod:`chunksel.llm.openai_http`, extra ``llm-http``).
 - :mod:`chunksel.llm.cache`: the append-only response cache and :func:`map_cached`.
+- :mod:`chunksel.llm.parsing`: options read from text or top tokens, reasoning blocks
+  (``<think>``) removed first.
+- :mod:`chunksel.llm.listwise` (:mod:`chunksel.llm.listwise_text`): the ``rankgpt`` and
+  ``utility`` selectors' runner, prompts, repairs and windows.
+- :mod:`chunksel.llm.cli_options`: the command line's ``--llm-*`` server options.
 
 Submodules import torch / transformers / httpx; this package module does not: the
 names above are imported on first access.

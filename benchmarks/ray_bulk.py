@@ -99,7 +99,7 @@ def main() -> int:
     import ray
     import torch
 
-    from chunksel.bulk import jobs
+    from chunksel.bulk import jobs, label_jobs
     from chunksel.bulk.ivfpq import build_ivfpq_from_shards, ivfpq_bytes_per_vector
     from chunksel.config import cache_root, data_root
     from chunksel.features.store import FeatureStore
@@ -158,7 +158,7 @@ def main() -> int:
                                            shard_size=q_shard, cache=cache, model_cache=model_cache,
                                            progress=False)
         else:
-            _, rep = jobs.judge_instances(pairs, "local", {"model_path": str(gguf), "cache": str(model_cache)},
+            _, rep = label_jobs.judge_instances(pairs, "local", {"model_path": str(gguf), "cache": str(model_cache)},
                                           workers=workers, batch_size=4, shard_size=4, cache=cache,
                                           progress=False)
         wall = time.perf_counter() - t

@@ -11,9 +11,7 @@ single-process path reads:
   ``use_precomputed=False``; :func:`sharded_ivfpq` indexes those shards.
 - :func:`extract_features` writes ``h-``/``r-`` shards into the generator's
   :class:`~chunksel.features.store.FeatureStore` folder and registers them in its index.
-- :func:`judge_instances` writes response-cache records per shard, appends them to the
-  judge's :class:`~chunksel.llm.cache.ResponseCache`, then runs the ordinary
-  :func:`chunksel.labels.judge.label_instances`, which finds every pair cached.
+- the LLM label jobs (the judge, the utility teacher) are in :mod:`chunksel.bulk.label_jobs`.
 
 Shards are the single-process path's own units (4096 passages; 128 questions; pairs in
 multiples of the backend batch size), computed by the same functions with the same batch
@@ -39,13 +37,13 @@ from chunksel.bulk.manifest import (
     atomic_write_text,
     mark_done,
     new_run,
-    read_done,
     read_log,
     shard_name,
+    stage_input,
 )
 from chunksel.config import cache_root, config_hash
 from chunksel.errors import ConfigError, DataError
-from chunksel.types import Instance, Question
+from chunksel.types import Question
 
 
 @dataclass
@@ -226,12 +224,13 @@ def encode_corpus(
         file = folder / f"shard_{shard_name(s)}.npy"
         if file.is_file() and np.load(file, mmap_mode="r").shape[0] == hi - lo:
             mark_done(job, s, {"rows": hi - lo, "found": True})
-    # payloads carry the texts; the manifest only the row ranges
-    pending = manifest.pending()
-    for s in pending:
+    # each pending shard's texts go to its input file, one shard at a time; the driver
+    # keeps the row ranges
+    for s in manifest.pending():
         lo, hi = bounds[s]
-        manifest.shards[s] = {"lo": lo, "hi": hi,
-                              "texts": [corpus.encoder_input(r) for r in range(lo, hi)]}
+        manifest.shards[s] = stage_input(job, s, {"lo": lo, "hi": hi,
+                                                  "texts": [corpus.encoder_input(r) for r in range(lo, hi)]},
+                                         keep=("lo", "hi"))
     kwargs = {"out": str(folder), "model_dir": str(encoder.model_dir), "device": encoder.device,
               "batch_size": encoder.batch_size, "max_seq_length": encoder.max_seq_length}
     return _run(manifest, EncodeWorker, kwargs, workers, address, progress, fault, max_retries,
@@ -343,9 +342,10 @@ def extract_features(
         plan = [{"ids": list(g), "hashes": [hashes[q] for q in g]} for g in _chunks(todo, shard_size)]
     manifest = ShardManifest.open(job, "features", identity, plan=plan)
     prefix = f"j{key[:10]}"
-    for s in manifest.pending():
-        manifest.shards[s] = {**manifest.shards[s],
-                              "texts": [by_id[q].text for q in manifest.shards[s]["ids"]]}
+    for s in manifest.pending():  # texts to input files; the driver keeps ids and hashes
+        shard = manifest.shards[s]
+        manifest.shards[s] = stage_input(job, s, {**shard, "texts": [by_id[q].text for q in shard["ids"]]},
+                                         keep=("ids", "hashes"))
     kwargs = {"store": str(store.root), "prefix": prefix, "generator": str(gen_path),
               "cache": str(mroot), "batch_size": batch_size, "max_tokens": limit}
     try:
@@ -357,145 +357,4 @@ def extract_features(
     return store, report
 
 
-# ----------------------------------------------------------------------- labels
-class _CachedOnly:
-    """The judge as the response cache knows it (name, model id, settings), for reading
-    the cache after a Ray job; asked to compute anything it raises."""
-
-    def __init__(self, name: str, model_id: str, settings: dict[str, Any]) -> None:
-        self.name, self.model_id, self._settings = name, model_id, settings
-
-    def settings(self) -> dict[str, Any]:
-        return dict(self._settings)
-
-    def _missing(self, *_a: Any, **_k: Any) -> Any:
-        raise DataError("a judged pair is missing from the response cache after the Ray job; "
-                        "re-run the command")
-
-    generate = choose_many = _missing
-
-
-def _judge_identity(judge: str, judge_kwargs: dict[str, Any], cache: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(worker backend kwargs, namespace)`` of a judge without loading a local model."""
-    from chunksel.llm.backends import get_backend
-
-    kwargs = dict(judge_kwargs)
-    if judge == "local":
-        from chunksel.llm import fetch
-        from chunksel.llm.models import load_tokenizer
-
-        mcache = Path(kwargs.get("cache") or cache)
-        path = kwargs.get("model_path")
-        path = Path(path).expanduser().resolve() if path else fetch.smollm2_gguf(mcache)
-        kwargs.update(model_path=str(path), cache=str(mcache))
-        _, model_id = load_tokenizer(path, cache=mcache)
-        return kwargs, {"name": "local", "model_id": model_id, "settings": {}}
-    backend = get_backend(judge, **kwargs)
-    return kwargs, {"name": backend.name, "model_id": backend.model_id, "settings": backend.settings()}
-
-
-def judge_instances(
-    instances: Sequence[Instance],
-    judge: str = "local",
-    judge_kwargs: dict[str, Any] | None = None,
-    *,
-    workers: int = 2,
-    address: str | None = None,
-    batch_size: int = 8,
-    shard_size: int = 64,
-    cache: str | os.PathLike | None = None,
-    progress: bool = True,
-    fault: dict | None = None,
-    max_retries: int = 3,
-    cpus_per_worker: float = 1,
-) -> tuple[Any, JobReport]:
-    """Judge every candidate of ``instances`` on Ray (the paper's prompt), then label them.
-
-    The pairs the judge's response cache lacks are judged by workers (each loads the
-    judge once), ``batch_size`` pairs per call as :func:`label_instances` sends them;
-    their records are appended to the response cache, and :func:`label_instances` then
-    labels the candidates from the cache alone.
-
-    Args:
-        instances: the instances (updated in place, as by :func:`label_instances`).
-        judge: backend name (``local`` or ``openai``).
-        judge_kwargs: its arguments (``model_path`` and ``cache``, the model's cache
-            root, for local; ``base_url`` / ``model`` for openai); the backend's
-            ``batch_size`` defaults to ``batch_size``.
-        workers, address, progress, fault, max_retries, cpus_per_worker: as for
-            :func:`encode_corpus`.
-        batch_size: pairs per backend call.
-        shard_size: pairs per shard, rounded up to a multiple of ``batch_size``.
-
-    Returns:
-        ``(JudgeResult, report)``.
-    """
-    from chunksel.bulk.workers import JudgeWorker
-    from chunksel.labels.judge import (
-        JUDGE_DEFAULT,
-        JUDGE_OPTIONS,
-        JUDGE_PROMPT,
-        judge_prompt,
-        label_instances,
-        pair_id,
-    )
-    from chunksel.llm.backends import Choice
-    from chunksel.llm.cache import ResponseCache
-    from chunksel.llm.cache import prompt_hash as llm_prompt_hash
-
-    _check_common(workers, shard_size)
-    if batch_size < 1:
-        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-    shard_size = -(-shard_size // batch_size) * batch_size
-    root = cache_root(cache)
-    kwargs = dict(judge_kwargs or {})
-    if judge == "local":
-        kwargs.setdefault("batch_size", batch_size)
-    kwargs, ns = _judge_identity(judge, kwargs, root)
-    names = _CachedOnly(ns["name"], ns["model_id"], ns["settings"])
-    settings = {"options": list(JUDGE_OPTIONS), "default": JUDGE_DEFAULT}
-    prompts: dict[str, str] = {}
-    hashes: dict[str, str] = {}
-    for inst in instances:
-        for c in inst.candidates:
-            i = pair_id(inst, c)
-            if i not in prompts:
-                prompts[i] = judge_prompt(inst.question.text, c.text)
-                hashes[i] = llm_prompt_hash(prompts[i])
-    with ResponseCache.for_backend(names, task="choose", template=JUDGE_PROMPT, settings=settings,
-                                   cache=root, fsync=False) as rc:
-        misses = [i for i in hashes if rc.get(i, hashes[i]) is None]
-        cache_file = rc.path
-    identity = {"cache": str(cache_file.relative_to(root)), "batch_size": batch_size,
-                "shard_size": shard_size, "pairs": config_hash([[i, hashes[i]] for i in hashes], 16)}
-    key = ShardManifest.job_key("judge", identity)
-    job = root / "bulk" / "judge" / key
-    plan = None
-    if not (job / "manifest.json").is_file():
-        plan = [{"ids": list(g), "hashes": [hashes[i] for i in g]} for g in _chunks(misses, shard_size)]
-    manifest = ShardManifest.open(job, "judge", identity, plan=plan)
-    for s in manifest.pending():
-        manifest.shards[s] = {**manifest.shards[s], "prompts": [prompts[i] for i in manifest.shards[s]["ids"]]}
-    wkw = {"backend": judge, "backend_kwargs": kwargs, "options": list(JUDGE_OPTIONS),
-           "default": JUDGE_DEFAULT, "batch_size": batch_size}
-    try:
-        report = _run(manifest, JudgeWorker, wkw, workers, address, progress, fault, max_retries,
-                      cpus_per_worker)
-    finally:  # hand every finished shard to the response cache, even after a failure
-        with ResponseCache.for_backend(names, task="choose", template=JUDGE_PROMPT, settings=settings,
-                                       cache=root) as rc:
-            for s in manifest.done():
-                info = read_done(job, s)
-                if info.get("model_id") not in (None, ns["model_id"]) or info.get("settings", {}) != ns["settings"]:
-                    raise DataError(f"shard {s} of {job} was judged by {info.get('model_id')!r} "
-                                    f"with settings {info.get('settings')}, not {ns['model_id']!r}")
-                for line in (job / f"shard-{shard_name(s)}.jsonl").read_text(encoding="utf-8").splitlines():
-                    rec = json.loads(line)
-                    if rc.get(rec["id"], rec["prompt"]) is None:
-                        rc.put(rec["id"], rec["prompt"], Choice.from_dict(rec["result"]))
-    result = label_instances(instances, names, batch_size=batch_size, cache=root, progress=False)
-    return result, report
-
-
-__all__ = ["JobReport", "embedding_shard_files", "encode_corpus", "extract_features",
-           "judge_instances", "sharded_ivfpq"]
+__all__ = ["JobReport", "embedding_shard_files", "encode_corpus", "extract_features", "sharded_ivfpq"]

@@ -8,6 +8,8 @@ planned once, up front, and written to ``manifest.json`` in the job's folder::
     log.jsonl         one line per event: {"event": "start"|"done"|"skip"|"fail"|"abandon",
                       "shard", "pid", "host", "time", "seconds"}
     run               the token of the run that may compute shards now (see below)
+    inputs/00003.json the inputs of pending shard 3 (texts, prompts), written by the
+                      driver before the run and read by the worker that computes it
 
 A worker writes its shard's outputs atomically (temporary name, then ``os.replace``),
 then the shard's ``done`` marker (atomically too). So a worker killed at any point
@@ -23,6 +25,12 @@ token first and then waits for every shard started since it began: a straggler o
 failed run (Ray Data may have handed it the next shard already) either started before
 that wait looked, and is waited for, or sees the stale token. So a re-run never computes a
 shard alongside a worker of an earlier run.
+
+Shard inputs travel as files, not through Ray: the driver writes each pending shard's
+texts to ``inputs/`` one shard at a time (:func:`stage_input`) and keeps only the plan
+(row ranges, ids, hashes) plus the file's name; the worker reads its shard's file
+(:func:`load_input`) and deletes it once the shard is done. On a cluster the job folder
+lives on storage every node sees, as the outputs already do.
 
 The log is append-only (one ``write`` per line on an ``O_APPEND`` file), so several
 workers may log to it at once; it is what tests and benchmarks read to count how often
@@ -47,6 +55,7 @@ MANIFEST = "manifest.json"
 DONE_DIR = "done"
 LOG = "log.jsonl"
 RUN = "run"
+INPUTS = "inputs"
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -97,6 +106,31 @@ def mark_done(folder: str | os.PathLike, shard: int, info: dict[str, Any]) -> No
 def read_done(folder: str | os.PathLike, shard: int) -> dict[str, Any]:
     """The info a worker stored in the done marker of ``shard``."""
     return json.loads(done_file(folder, shard).read_text())
+
+
+def stage_input(folder: str | os.PathLike, shard: int, payload: dict[str, Any],
+                keep: Sequence[str] = ()) -> dict[str, Any]:
+    """Write ``payload`` to the shard's input file; return what the driver keeps: the
+    ``keep`` keys of the payload and ``{"input": <file name relative to folder>}``."""
+    rel = f"{INPUTS}/{shard_name(shard)}.json"
+    path = Path(folder) / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(payload, ensure_ascii=False))
+    return {**{k: payload[k] for k in keep}, "input": rel}
+
+
+def load_input(folder: str | os.PathLike, payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload with its input file's contents merged in (as is without ``input``).
+
+    Raises:
+        DataError: the input file is missing (the driver writes it before each run).
+    """
+    if "input" not in payload:
+        return payload
+    path = Path(folder) / payload["input"]
+    if not path.is_file():
+        raise DataError(f"shard input {path} is missing; re-run the command (the driver writes it)")
+    return {**payload, **json.loads(path.read_text(encoding="utf-8"))}
 
 
 def log_event(folder: str | os.PathLike, event: str, shard: int, **info: Any) -> None:
@@ -227,6 +261,6 @@ class ShardManifest:
 
 
 __all__ = [
-    "ShardManifest", "atomic_write_text", "done_file", "is_done", "log_event", "mark_done",
-    "read_done", "read_log", "shard_name",
+    "ShardManifest", "atomic_write_text", "done_file", "is_done", "load_input", "log_event", "mark_done",
+    "read_done", "read_log", "shard_name", "stage_input",
 ]

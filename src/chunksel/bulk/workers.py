@@ -25,7 +25,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from chunksel.bulk.manifest import current_run, is_done, log_event, mark_done, read_done, shard_name
+from chunksel.bulk.manifest import (
+    current_run,
+    is_done,
+    load_input,
+    log_event,
+    mark_done,
+    read_done,
+    shard_name,
+)
 from chunksel.errors import ChunkselError
 from chunksel.threads import set_threads
 
@@ -119,6 +127,7 @@ class ShardWorker:
             return {"shard": shard, "skipped": True, "abandoned": True}
         t0 = time.perf_counter()
         try:
+            payload = load_input(self.job, payload)  # the shard's texts, from its input file
             results = self.compute(shard, payload)
             seconds = time.perf_counter() - t0
             self.fault.maybe_fail(shard)
@@ -128,6 +137,8 @@ class ShardWorker:
             raise
         info = {**info, "seconds": seconds, "pid": os.getpid(), "load_seconds": self.load_seconds}
         mark_done(self.job, shard, info)
+        if "input" in payload:
+            (self.job / payload["input"]).unlink(missing_ok=True)
         log_event(self.job, "done", shard, seconds=seconds, rows=info.get("rows"))
         return {"shard": shard, **info, "skipped": False}
 

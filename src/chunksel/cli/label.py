@@ -44,20 +44,28 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     with use(replace(settings, label=None)):  # the labels are being made: no spec to apply yet
         built = build_instances(args.dataset, k=args.k, index=args.index, limit=args.limit, seed=args.seed,
                                 progress=progress)
+    ray_kwargs = {"model_path": args.model} if args.judge == "local" else {
+        "base_url": args.judge, "model": args.model, **spec["options"]}
     if args.source == "utility":
         from chunksel.labels import utility
 
-        ures = utility.label_instances(built.instances, backend, progress=progress)
+        if args.ray or args.ray_address:  # questions in shards over Ray workers (chunksel.bulk)
+            from chunksel.bulk.label_jobs import utility_instances
+
+            ures, urep = utility_instances(built.instances, spec["backend"], ray_kwargs, workers=args.workers,
+                                           address=args.ray_address, progress=progress)
+            print(f"{args.dataset}: Ray job {urep.folder.name}: {urep.computed} shard(s) run, "
+                  f"{urep.already_done} already done")
+        else:
+            ures = utility.label_instances(built.instances, backend, progress=progress)
         upath = utility.write_sidecar(built.path, ures)
         print(f"{args.dataset}: {ures.summary()}")
         print(f"labels: {upath} (use --label utility)")
         return 0
     if args.ray or args.ray_address:  # chunksel.bulk: Ray workers fill the same response cache
-        from chunksel.bulk.jobs import judge_instances
+        from chunksel.bulk.label_jobs import judge_instances
 
-        judge = ("local", {"model_path": args.model}) if args.judge == "local" else (
-            "openai", {"base_url": args.judge, "model": args.model, **spec["options"]})
-        res, rep = judge_instances(built.instances, *judge, workers=args.workers, address=args.ray_address,
+        res, rep = judge_instances(built.instances, spec["backend"], ray_kwargs, workers=args.workers, address=args.ray_address,
                                    batch_size=args.batch_size, progress=progress)
         print(f"{args.dataset}: Ray job {rep.folder.name}: {rep.computed} shard(s) judged, "
               f"{rep.already_done} already done")

@@ -127,3 +127,41 @@ def test_a_worker_of_an_ended_run_abandons_its_shard(tmp_path):
     assert events == [("start", 3), ("abandon", 3), ("start", 3), ("done", 3)]
     # without a token (single-process use) there is no check
     assert Doubler(str(tmp_path)).run(4, {"x": 1})["value"] == 2
+
+
+def test_shard_inputs_travel_as_files(tmp_path):
+    from chunksel.bulk.manifest import load_input, stage_input
+    from chunksel.errors import DataError
+
+    kept = stage_input(tmp_path, 3, {"ids": ["a", "b"], "texts": ["long text a", "long text b"]}, keep=("ids",))
+    assert kept == {"ids": ["a", "b"], "input": "inputs/00003.json"}  # the driver keeps no text
+    assert load_input(tmp_path, kept) == {"ids": ["a", "b"], "texts": ["long text a", "long text b"],
+                                          "input": "inputs/00003.json"}
+    assert load_input(tmp_path, {"lo": 0}) == {"lo": 0}
+    (tmp_path / "inputs" / "00003.json").unlink()
+    with pytest.raises(DataError, match="shard input .* is missing"):
+        load_input(tmp_path, kept)
+
+
+def test_utility_shard_caches_merge_into_the_driver_cache(tmp_path):
+    from chunksel.bulk.label_jobs import _merge_cache
+    from chunksel.llm.backends import Choice, Generation
+    from chunksel.llm.cache import ResponseCache
+
+    shard = tmp_path / "job" / "cache-00000"
+    f = shard / "llm" / "local" / "m" / "generate-abc-def.jsonl"
+    with ResponseCache(f, fsync=False) as rc:
+        rc.put("q1", "h1", Generation("Answer: x\nMy selection: [[1]]", 10, 5, 0.5))
+        rc.put("q2", "h2", Generation("Answer: y", 10, 5, 0.5))
+    g = shard / "llm" / "local" / "m" / "choose-abc-def.jsonl"
+    with ResponseCache(g, fsync=False) as rc:
+        rc.put("k1", "h3", Choice("Yes", 0, ("Yes", "No"), (-0.1, -2.3), "logprobs"))
+    root = tmp_path / "root"
+    with ResponseCache(root / "llm" / "local" / "m" / "generate-abc-def.jsonl") as rc:
+        rc.put("q2", "h2", Generation("Answer: y", 10, 5, 0.5))  # already there: kept once
+    assert _merge_cache(shard, root) == 2
+    with ResponseCache(root / "llm" / "local" / "m" / "generate-abc-def.jsonl") as rc:
+        assert rc.get("q1", "h1").text.endswith("[[1]]") and len(rc) == 2
+    with ResponseCache(root / "llm" / "local" / "m" / "choose-abc-def.jsonl") as rc:
+        assert rc.get("k1", "h3").option == "Yes"
+    assert _merge_cache(shard, root) == 0  # idempotent

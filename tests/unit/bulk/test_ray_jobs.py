@@ -150,7 +150,7 @@ def _instances():
 def test_judge_labels_match_single_process(ray_session, smollm2_gguf, tmp_path):
     import torch
 
-    from chunksel.bulk.jobs import judge_instances
+    from chunksel.bulk.label_jobs import judge_instances
     from chunksel.labels.judge import label_instances
     from chunksel.llm.local import LocalBackend
     from chunksel.llm.models import load_generator

@@ -81,6 +81,7 @@ def llm_table(study: Study) -> dict[str, dict[str, Any]]:
                     "repairs": int(sum(r.repairs.total() for r in runs)),
                     "repairs_by_kind": sum_repairs(runs),
                     "empty": int(sum(bool(getattr(r, "empty", False)) for r in runs)),
+                    "fallbacks": int(sum(getattr(r, "fallback", None) is not None for r in runs)),
                     "k_distribution": dict(sorted(ks.items(), key=lambda kv: int(kv[0]))),
                     "read": runs[0].read,
                 }

@@ -213,7 +213,7 @@ class AnchoredPrototypeSelector(Selector):
         """(B, K) scores of the internal LambdaMART (0 at padding)."""
         out = np.zeros(m.shape, dtype=np.float64)
         if m.any():
-            out[m] = self.ltr_.predict(lf[m])
+            out[m] = self.ltr_.predict(lf[m], num_threads=1)  # a few rows: thread start-up would dominate
         return out
 
     def _phi(self, batch: Sequence[Instance], q: np.ndarray, e: np.ndarray, m: np.ndarray,

@@ -157,7 +157,9 @@ def letor_features(
     k = max((len(i.candidates) for i in batch), default=0)
     feats = np.zeros((len(batch), k, len(FEATURE_NAMES)))
     mask = np.zeros((len(batch), k), dtype=bool)
-    for i, inst in enumerate(tqdm(batch, desc="letor features", disable=not show_progress(progress), mininterval=1.0)):
+    rows = batch if len(batch) < 64 or not show_progress(progress) else tqdm(  # no bar object per request
+        batch, desc="letor features", mininterval=1.0)
+    for i, inst in enumerate(rows):
         name = resolve_corpus(corpus, inst)
         use_memo = MEMO_ENABLED.get()
         key = _memo_key(inst, name, k1, b) if use_memo else None

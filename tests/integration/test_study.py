@@ -79,6 +79,12 @@ def test_harness_end_to_end(tmp_path):
     assert "Learning curves" in report and "Does the generator help?" in report
     assert "Table 4: answers generated" in report and "![answers](answer_f1_vs_prefill.png)" in report
     assert any(p.suffix == ".png" for p in out.iterdir())
+    # the abstention stage: every non-LLM selector's calibrated probabilities on every test set
+    ab = results["abstention"]["popqa"]
+    assert set(ab) == {"retrieval", "oracle", "prototype", "anchored"}
+    assert ab["anchored"]["n_sets"] == len([i for i in data["popqa"] if i.split == "test"])
+    assert "## Abstention: calibrated probabilities" in report
+    assert "![abstention_reliability](abstention_reliability.png)" in report
     # the report re-renders from results.json alone (typed results round trip)
     from chunksel.study.format import PLOT_FILES
     from chunksel.study.report import render_markdown

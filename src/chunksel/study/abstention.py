@@ -183,7 +183,7 @@ def plot_risk_coverage(results: Mapping[str, Mapping[str, Any]], path: str | Pat
         for name, s in results[ds].items():
             if "error" not in s:
                 ax.plot(s["risk_coverage"]["coverage"], s["risk_coverage"]["accuracy"],
-                        label=f"{name} ({s['auroc']:.2f})")
+                        label=f"{name} ({_f(s['auroc'], 2)})")
         ax.set(title=ds, xlabel="coverage (most confident sets first)", ylabel="selective rank-1", ylim=(0, 1.02))
         ax.legend(fontsize=6, title="AUROC", title_fontsize=6)
     fig.tight_layout()
@@ -202,7 +202,7 @@ def plot_reliability(results: Mapping[str, Mapping[str, Any]], path: str | Path)
         for name, s in results[ds].items():
             if "error" not in s:
                 ax.plot(s["reliability"]["mean_probability"], s["reliability"]["frequency"], marker="o",
-                        markersize=2, label=f"{name} ({s['chunk_ece']:.3f})")
+                        markersize=2, label=f"{name} ({_f(s['chunk_ece'])})")
         ax.set(title=ds, xlabel="calibrated P(evidence)", ylabel="observed share", xlim=(0, 1), ylim=(0, 1))
         ax.legend(fontsize=6, title="ECE", title_fontsize=6)
     fig.tight_layout()

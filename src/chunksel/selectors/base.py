@@ -392,6 +392,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "drmm": ("chunksel.selectors.neural:DRMMSelector", "train"),
     "duet": ("chunksel.selectors.neural:DuetSelector", "train"),
     "sras": ("chunksel.selectors.sras:SRASSelector", "sras"),
+    "crossencoder": ("chunksel.selectors.crossencoder:CrossEncoderSelector", "crossencoder"),
     "prototype": ("chunksel.selectors.prototype:PrototypeSelector", "train"),
     "anchored": ("chunksel.selectors.anchored:AnchoredPrototypeSelector", "train"),
     "rankgpt": ("chunksel.selectors.llm_listwise:RankGPTSelector", "llm"),

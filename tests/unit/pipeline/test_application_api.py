@@ -29,6 +29,7 @@ SMALL: dict[str, dict] = {
     "duet": {"n_filters": 8, "hidden": 8, "max_query_len": 8, "max_doc_len": 16, "max_epochs": 2},
     "prototype": {"hidden": 16, "max_epochs": 2, "batch_size": 8},
     "anchored": {"hidden": 16, "phi_hidden": 8, "max_epochs": 2, "batch_size": 8},
+    "crossencoder": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4},
     # the LLM selectors on the model-free scripted backend (tests/doubles.py)
     "rankgpt": {"backend": "scripted"},
     "utility": {"backend": "scripted"},

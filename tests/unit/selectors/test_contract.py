@@ -23,6 +23,8 @@ SMALL: dict[str, dict] = {
     "anchored": {"hidden": 16, "phi_hidden": 8, "max_epochs": 2, "batch_size": 8},
     # warm-up, then one PPO epoch on the cheap label reward (no generator)
     "sras": {"hidden": 16, "warmup_epochs": 2, "ppo_epochs": 1, "update_epochs": 2, "reward": "label"},
+    # the real MiniLM weights, one layer kept, one short epoch
+    "crossencoder": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4},
     # the LLM selectors on the model-free scripted backend (tests/doubles.py)
     "rankgpt": {"backend": "scripted"},
     "utility": {"backend": "scripted"},

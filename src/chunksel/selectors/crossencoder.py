@@ -1,0 +1,285 @@
+"""A neural cross-encoder reranker: the peer a RAG engineer would reach for.
+
+No cross-encoder weights can be had here, so this one is *trained here*: a
+sentence-transformers :class:`~sentence_transformers.cross_encoder.CrossEncoder`
+initialised from the offline all-MiniLM-L6-v2 weights (a new one-logit head on BERT's
+[CLS] pooler; ``layers`` < 6 keeps the first layers, the cheap end) and fine-tuned with
+sentence-transformers' ``CrossEncoderTrainer`` on the training instances: ``listwise``
+(ListNet over each question's K candidates, the retrieved negatives being hard ones) or
+``pointwise`` (binary cross-entropy per pair). The epoch is chosen on validation rank-1
+(answerable instances), never on test. Scores are the head's logits; ``engine=
+"onnxruntime"`` runs the same network as an ONNX graph (fp32, or int8 with
+``quantize=True``) through :mod:`chunksel.export.crossencoder`.
+
+Needs ``pip install 'chunksel[crossencoder]'`` (sentence-transformers, datasets).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunksel.errors import ConfigError, DataError
+from chunksel.selectors.base import QuestionFeatures, Selector
+from chunksel.types import Instance
+
+#: the folder the fine-tuned network is saved in, beside config.json
+MODEL_DIR = "crossencoder"
+
+
+def _pair_text(title: str, text: str) -> str:
+    return (title + " " + text).strip()
+
+
+def rank1(scores: np.ndarray, instances: Sequence[Instance]) -> float:
+    """Rank-1 accuracy (%) of ``scores`` over the answerable ``instances``."""
+    hits, n = 0, 0
+    for row, inst in zip(scores, instances, strict=True):
+        labels = inst.labels()
+        if labels.any():
+            n += 1
+            hits += int(labels[int(np.argmax(row[: len(labels)]))] == 1)
+    return 100.0 * hits / n if n else float("nan")
+
+
+class CrossEncoderSelector(Selector):
+    """MiniLM-L6 cross-encoder, trained on this data.
+
+    Args:
+        layers: transformer layers kept from MiniLM-L6 (1-6; 2 is the cheap variant).
+        loss: ``"listwise"`` (ListNet over the K candidates) or ``"pointwise"`` (BCE).
+        epochs: training epochs (the best one on validation is kept).
+        lr: AdamW learning rate; warm-up over the first 10% of steps, then linear decay.
+        batch_size: questions per step (listwise) or pairs per step (pointwise).
+        max_length: word pieces per (question, chunk) pair.
+        engine: ``"torch"`` or ``"onnxruntime"`` for scoring.
+        quantize: with ``engine="onnxruntime"``, int8 weights (dynamic quantisation).
+        model_dir: the MiniLM folder to start from (default: the packaged all-MiniLM-L6-v2).
+        seed: training seed.
+        label: label spec for training (None = each instance's default).
+        progress: show progress bars while training.
+    """
+
+    name = "crossencoder"
+    display_name = "MiniLM-L6 cross-encoder (trained here)"
+    family = "neural reranker"
+    # a peer row, run with --selectors crossencoder until the reports carry it
+    role = "peer"
+    query_cost = "crossencoder"
+
+    def __init__(
+        self,
+        layers: int = 6,
+        loss: str = "listwise",
+        epochs: int = 2,
+        lr: float = 3e-5,
+        batch_size: int = 8,
+        max_length: int = 256,
+        engine: str = "torch",
+        quantize: bool = False,
+        model_dir: str | None = None,
+        seed: int = 0,
+        label: str | None = None,
+        progress: bool = True,
+    ) -> None:
+        if loss not in ("listwise", "pointwise"):
+            raise ConfigError(f"crossencoder loss must be listwise or pointwise, got {loss!r}")
+        if engine not in ("torch", "onnxruntime"):
+            raise ConfigError(f"crossencoder engine must be torch or onnxruntime, got {engine!r}")
+        if not 1 <= int(layers) <= 6:
+            raise ConfigError(f"crossencoder layers must be in 1..6, got {layers}")
+        for name, value in (("epochs", epochs), ("batch_size", batch_size), ("max_length", max_length)):
+            if int(value) < 1:
+                raise ConfigError(f"crossencoder {name} must be >= 1, got {value}")
+        if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+            raise ConfigError(f"crossencoder lr must be a positive number, got {lr}")
+        self.layers = layers
+        self.loss = loss
+        self.epochs = epochs
+        self.lr = lr
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.engine = engine
+        self.quantize = quantize
+        self.model_dir = model_dir
+        self.seed = seed
+        self.label = label
+        self.progress = progress
+
+    # ---------------------------------------------------------------- the network
+    def _base_dir(self) -> str:
+        if self.model_dir:
+            return self.model_dir
+        from chunksel.retrieval.encoder import default_model_dir
+
+        return str(default_model_dir())
+
+    def _new_model(self, path: str, num_labels: int | None = 1) -> Any:
+        import logging
+
+        from sentence_transformers.cross_encoder import CrossEncoder
+
+        # loading MiniLM into a classification head reports the dropped layers and the
+        # new head at WARNING level: expected here, said once in the docstring instead
+        level = logging.getLogger("transformers").level
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        try:
+            return CrossEncoder(path, num_labels=num_labels, max_length=self.max_length,
+                                config_kwargs={"num_hidden_layers": int(self.layers)},
+                                local_files_only=True, device="cpu")
+        finally:
+            logging.getLogger("transformers").setLevel(level)
+
+    # ---------------------------------------------------------------- training
+    def _dataset(self, train: Sequence[Instance]) -> Any:
+        from datasets import Dataset
+
+        spec = self.label
+        if self.loss == "listwise":
+            rows = {"query": [], "docs": [], "labels": []}
+            for inst in train:
+                labels = inst.labels(spec)
+                if not labels.any():  # no positive: ListNet has no target
+                    continue
+                rows["query"].append(inst.question.text)
+                rows["docs"].append([_pair_text(c.title, c.text) for c in inst.candidates])
+                rows["labels"].append([float(x) for x in labels])
+        else:
+            rows = {"query": [], "doc": [], "label": []}
+            for inst in train:
+                for c, y in zip(inst.candidates, inst.labels(spec), strict=True):
+                    rows["query"].append(inst.question.text)
+                    rows["doc"].append(_pair_text(c.title, c.text))
+                    rows["label"].append(float(y))
+        if not (rows.get("labels") or rows.get("label")):
+            raise DataError("crossencoder: no training instance has a positive candidate")
+        return Dataset.from_dict(rows)
+
+    def fit(self, train: Sequence[Instance], features: QuestionFeatures | None = None,
+            val: Sequence[Instance] | None = None) -> CrossEncoderSelector:
+        import tempfile
+
+        import torch
+        from sentence_transformers.cross_encoder import (
+            CrossEncoderTrainer,
+            CrossEncoderTrainingArguments,
+            losses,
+        )
+        from transformers import TrainerCallback
+
+        train = list(train)
+        if not train:
+            raise DataError("crossencoder: no training instances")
+        torch.manual_seed(self.seed)
+        model = self._new_model(self._base_dir())
+        data = self._dataset(train)
+        loss = (losses.ListNetLoss(model) if self.loss == "listwise"
+                else losses.BinaryCrossEntropyLoss(model))
+        val = [v for v in (val or []) if v.answerable(self.label)]
+        selector = self
+        history: list[dict[str, float]] = []
+        best: dict[str, Any] = {"rank1": -1.0, "state": None, "epoch": 0}
+
+        class _KeepBest(TrainerCallback):
+            """Validation rank-1 after each epoch; the best epoch's weights are kept."""
+
+            def on_epoch_end(self, args, state, control, **kwargs):
+                epoch = int(round(state.epoch or 0))
+                if not val:
+                    best.update(epoch=epoch, state=None)
+                    return
+                selector.model_ = model
+                r1 = rank1(selector._torch_scores(val), val)
+                history.append({"epoch": epoch, "val_rank1": round(r1, 4)})
+                if r1 > best["rank1"]:
+                    best.update(rank1=r1, epoch=epoch,
+                                state={k: v.detach().clone() for k, v in model.state_dict().items()})
+                model.train()
+
+        with tempfile.TemporaryDirectory(prefix="chunksel-ce-") as out:
+            args = CrossEncoderTrainingArguments(
+                output_dir=out, num_train_epochs=int(self.epochs), learning_rate=float(self.lr),
+                per_device_train_batch_size=int(self.batch_size), warmup_ratio=0.1,
+                seed=int(self.seed), save_strategy="no", report_to="none", logging_strategy="no",
+                disable_tqdm=not self.progress, use_cpu=True, dataloader_num_workers=0,
+            )
+            trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=data, loss=loss,
+                                          callbacks=[_KeepBest()])
+            trainer.train()
+        if best["state"] is not None:
+            model.load_state_dict(best["state"])
+        model.eval()
+        self.model_ = model
+        self.history_ = history
+        self.best_epoch_ = int(best["epoch"])
+        self._runner = None
+        return super().fit(train, features, val)
+
+    # ---------------------------------------------------------------- scoring
+    def n_parameters(self) -> int:
+        model = getattr(self, "model_", None)
+        return 0 if model is None else sum(p.numel() for p in model.parameters())
+
+    def _pairs(self, batch: Sequence[Instance]) -> list[tuple[str, str]]:
+        return [(inst.question.text, _pair_text(c.title, c.text))
+                for inst in batch for c in inst.candidates]
+
+    def _unflatten(self, flat: np.ndarray, batch: Sequence[Instance]) -> np.ndarray:
+        k = max(len(i.candidates) for i in batch)
+        out = np.full((len(batch), k), -np.inf)
+        pos = 0
+        for b, inst in enumerate(batch):
+            n = len(inst.candidates)
+            out[b, :n] = flat[pos:pos + n]
+            pos += n
+        return out
+
+    def _torch_scores(self, batch: Sequence[Instance]) -> np.ndarray:
+        import torch
+
+        # raw logits (no sigmoid), as the ONNX graph returns: a loaded model's default
+        # activation need not be the one training left in memory
+        with torch.inference_mode():
+            flat = self.model_.predict(self._pairs(batch), batch_size=32, show_progress_bar=False,
+                                       convert_to_numpy=True, activation_fn=torch.nn.Identity())
+        return self._unflatten(np.asarray(flat, dtype=np.float64).reshape(-1), batch)
+
+    def _score(self, batch: Sequence[Instance], features: QuestionFeatures | None, k: int) -> np.ndarray:
+        if self.engine == "torch":
+            return self._torch_scores(batch)
+        runner = getattr(self, "_runner", None)
+        if runner is None:
+            from chunksel.export.crossencoder import OnnxCrossEncoder, export_crossencoder
+
+            tmp = Path(getattr(self, "_onnx_dir", "") or _tempdir())
+            self._onnx_dir = str(tmp)
+            onnx_path = export_crossencoder(self.model_, tmp / "crossencoder.onnx", quantize=self.quantize)
+            runner = self._runner = OnnxCrossEncoder(onnx_path, self.model_.tokenizer, self.max_length)
+        return self._unflatten(runner.score(self._pairs(batch)), batch)
+
+    # ---------------------------------------------------------------- save/load
+    def _state_config(self) -> dict[str, Any]:
+        return {"best_epoch": getattr(self, "best_epoch_", 0), "history": getattr(self, "history_", [])}
+
+    def _save_state(self, path: Path) -> None:
+        self.model_.save_pretrained(str(path / MODEL_DIR))
+
+    def _load_state(self, path: Path, state: dict[str, Any]) -> None:
+        folder = path / MODEL_DIR
+        if not (folder / "config.json").is_file():
+            raise DataError(f"corrupt checkpoint {path}: {MODEL_DIR}/config.json is missing")
+        self.model_ = self._new_model(str(folder), num_labels=None)
+        self.model_.eval()
+        self.best_epoch_ = int(state.get("best_epoch", 0))
+        self.history_ = list(state.get("history", []))
+        self._runner = None
+
+
+def _tempdir() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="chunksel-ce-onnx-")

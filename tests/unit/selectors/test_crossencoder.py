@@ -1,0 +1,91 @@
+"""The cross-encoder peer: training picks its epoch on validation, save/load and the ONNX
+graph give the torch scores, bad settings and damaged checkpoints are clear errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("datasets")
+pytest.importorskip("sentence_transformers")
+
+from chunksel.errors import ConfigError, DataError  # noqa: E402
+from chunksel.selectors import load_selector, make_selector  # noqa: E402
+from chunksel.selectors.crossencoder import rank1  # noqa: E402
+
+pytestmark = pytest.mark.model
+
+SMALL = dict(layers=1, max_length=32, batch_size=4, progress=False)
+
+
+@pytest.fixture(scope="module")
+def fitted(toy_instances_module):
+    insts = toy_instances_module
+    train = [i for i in insts if i.split == "train"]
+    val = [i for i in insts if i.split == "val"]
+    return make_selector("crossencoder", epochs=2, **SMALL).fit(train, val=val), insts
+
+
+@pytest.fixture(scope="module")
+def toy_instances_module():
+    from tests.conftest import make_toy_instances
+
+    return make_toy_instances(n=24)
+
+
+def test_epoch_is_chosen_on_validation(fitted):
+    sel, insts = fitted
+    assert [h["epoch"] for h in sel.history_] == [1, 2]
+    best = max(sel.history_, key=lambda h: h["val_rank1"])
+    assert sel.best_epoch_ == best["epoch"]
+    val = [i for i in insts if i.split == "val" and i.answerable()]
+    assert rank1(sel.score(val), val) == pytest.approx(best["val_rank1"], abs=1e-3)
+
+
+def test_save_load_and_onnx_give_the_torch_scores(fitted, tmp_path):
+    sel, insts = fitted
+    ref = sel.score(insts)
+    sel.save(tmp_path / "ce")
+    again = load_selector(tmp_path / "ce")
+    np.testing.assert_allclose(again.score(insts), ref, rtol=1e-5, atol=1e-5)
+    onnx = load_selector(tmp_path / "ce")
+    onnx.engine = "onnxruntime"
+    got = onnx.score(insts)
+    mask = np.isfinite(ref)
+    np.testing.assert_allclose(got[mask], ref[mask], atol=1e-4)
+    assert np.isneginf(got[~mask]).all()
+    int8 = load_selector(tmp_path / "ce")
+    int8.engine, int8.quantize = "onnxruntime", True
+    q = int8.score(insts)
+    # int8 weights: close to the fp32 logits (a barely trained head scores near 0, so
+    # the check is on the absolute error, not on the ranking)
+    assert np.isfinite(q[mask]).all() and np.abs(q[mask] - ref[mask]).max() < 0.25
+
+
+def test_pointwise_loss_trains(toy_instances_module):
+    train = [i for i in toy_instances_module if i.split == "train"]
+    sel = make_selector("crossencoder", loss="pointwise", epochs=1, **SMALL).fit(train)
+    assert sel.best_epoch_ == 1 and sel.history_ == []
+    assert np.isfinite(sel.score(train[:3])[:, :3]).all()
+
+
+@pytest.mark.parametrize("bad", [dict(loss="pairwise"), dict(layers=0), dict(layers=7), dict(epochs=0),
+                                 dict(lr=float("nan")), dict(engine="tensorrt")])
+def test_bad_settings_fail_at_construction(bad):
+    with pytest.raises(ConfigError):
+        make_selector("crossencoder", **bad)
+
+
+def test_damaged_checkpoint_is_named(fitted, tmp_path):
+    sel, _ = fitted
+    sel.save(tmp_path / "ce")
+    shutil.rmtree(tmp_path / "ce" / "crossencoder")
+    cfg = json.loads((tmp_path / "ce" / "config.json").read_text())
+    cfg.pop("checksums")
+    (tmp_path / "ce" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(DataError, match="crossencoder/config.json is missing"):
+        load_selector(Path(tmp_path / "ce"))

@@ -273,3 +273,29 @@ def test_flagship_targets_measured_verdicts_and_shortfalls():
     r["significance"] = {}
     assert flagship_targets(r) is None
     assert "## The flagship against its targets" in render_markdown(_flagship_results("full"))
+
+
+def test_flagship_targets_use_every_dataset_even_where_retrieval_order_is_strongest():
+    """On PopQA the strongest baseline (chosen on validation) is retrieval order: the
+    targets still average over all three datasets (Table 1's averages), and PopQA's
+    comparison with retrieval order counts among the per-dataset intervals."""
+    from chunksel.study.targets import flagship_targets, format_flagship_targets
+
+    r = _flagship_results("full")
+    r["datasets"] = ["triviaqa", "nq", "popqa"]
+    r["strongest_per_dataset"]["popqa"] = "retrieval"
+    r["table1"]["retrieval"]["per_dataset"]["popqa"] = {"seeds": [90.0], "n": 100}
+    r["table1"]["lambdamart"]["per_dataset"]["popqa"] = {"seeds": [80.0, 80.0, 80.0], "n": 100}
+    r["table1"]["anchored"]["per_dataset"]["popqa"] = {"seeds": [85.0, 85.0, 85.0], "n": 100}
+    r["significance"]["popqa"] = [{"a": "anchored", "b": "retrieval", "diff": -5.0, "lo": -8.0, "hi": -2.0,
+                                   "p": 0.01, "n": 100, "acc_a": 85.0, "acc_b": 90.0}]
+    t = flagship_targets(r)
+    assert t["datasets"] == ["triviaqa", "nq", "popqa"] and set(t["per_dataset"]) == {"triviaqa", "nq", "popqa"}
+    flag, lm, ret = (72 + 74 + 85) / 3, (68 + 75 + 80) / 3, (60 + 70 + 90) / 3
+    assert t["margin_over_strongest"] == pytest.approx(flag - lm)
+    assert t["margin_over_retrieval"] == pytest.approx(flag - ret)
+    assert t["margin_over_per_dataset_best"] == pytest.approx(flag - (68 + 75 + 90) / 3)
+    assert t["per_dataset"]["popqa"]["class"] == "worse" and t["n_worse"] == 2
+    text = format_flagship_targets(r)
+    assert _row(text, "Average above retrieval order")[1] == f"{flag - ret:+.2f}"
+    assert "PopQA -5.00 [-8.00, -2.00] vs RAG baseline (retrieval order)" in text

@@ -16,6 +16,7 @@ from typing import Any
 from chunksel.study.abstention import format_abstention
 from chunksel.study.format import Results, md_table
 from chunksel.study.generation_tables import format_answers, format_llm
+from chunksel.study.headline import format_headline
 from chunksel.study.names import dataset_label, selector_label
 from chunksel.study.plots import write_plots
 from chunksel.study.results import BenchResults, _jsonable, as_results
@@ -60,6 +61,9 @@ def render_markdown(results: Results, plots: Mapping[str, str] | None = None) ->
     res = as_results(results)
     plots = plots or {}
     parts = [f"# {res.title}"]
+    headline = format_headline(res)
+    if headline:
+        parts.append(headline)
     sections = [
         (
             "Table 1: rank-1 chunk-selection accuracy (%)",

@@ -299,3 +299,25 @@ def test_flagship_targets_use_every_dataset_even_where_retrieval_order_is_strong
     text = format_flagship_targets(r)
     assert _row(text, "Average above retrieval order")[1] == f"{flag - ret:+.2f}"
     assert "PopQA -5.00 [-8.00, -2.00] vs RAG baseline (retrieval order)" in text
+
+
+def test_headline_names_the_winner_its_margin_and_interval_at_the_top():
+    from chunksel.study.headline import Z95, format_headline
+
+    r = _flagship_results("full")  # anchored 73.0, lambdamart 71.5, retrieval 65.0 on 2 x 100 instances
+    text = format_headline(r)
+    assert text.startswith("**Headline.** Averaged over the 2 datasets, Anchored prototype (the flagship) has the "
+                           "highest rank-1 accuracy, 73.00%: +1.50 points against the runner-up, LambdaMART (71.50%")
+    var = sum(a * (1 - a) + b * (1 - b) for a, b in ((0.72, 0.68), (0.74, 0.75))) / 100
+    half = 100 * Z95 * var ** 0.5 / 2
+    assert f"95% interval [{1.5 - half:+.2f}, {1.5 + half:+.2f}]" in text
+    md = render_markdown(r)
+    assert md.split("\n\n")[1] == text  # right under the title
+    # a baseline wins: the flagship's own standing against the strongest baseline follows
+    r["table1"]["retrieval"]["per_dataset"] = {"triviaqa": {"seeds": [80.0], "n": 100}, "nq": {"seeds": [80.0], "n": 100}}
+    text = format_headline(r)
+    assert "RAG baseline (retrieval order) has the highest rank-1 accuracy, 80.00%: +7.00 points against the " \
+           "runner-up, Anchored prototype" in text
+    assert "The flagship, Anchored prototype, averages 73.00%: +1.50 points against the strongest baseline " \
+           "chosen on validation, LambdaMART (71.50%; 95% interval" in text
+    assert format_headline({"table1": {}}) == ""

@@ -40,6 +40,18 @@ def _figure(width: float = 7.0, height: float = 4.5) -> Any:
     return fig
 
 
+def _colors(n: int) -> list[Any]:
+    """``n`` distinct colours: tab10's ten, then the dark shades of tab20b and tab20c
+    (other hues), then samples of a continuous map."""
+    from matplotlib import colormaps
+
+    pool = [colormaps["tab10"](i) for i in range(10)]
+    pool += [colormaps[m](i) for m in ("tab20b", "tab20c") for i in (0, 4, 8, 12, 16)]
+    if n <= len(pool):
+        return pool[:n]
+    return [colormaps["turbo"](x) for x in np.linspace(0.05, 0.95, n)]
+
+
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, format="png")
@@ -118,6 +130,7 @@ def plot_accuracy_by_dataset(results: Results, path: str | Path) -> Path | None:
     fig = _figure(max(7.0, 1.4 * len(datasets) + 2), 4.5)
     ax = fig.add_subplot(1, 1, 1)
     xs = np.arange(len(datasets))
+    colors = _colors(len(names))  # one colour per row (the default cycle repeats after ten)
     for i, name in enumerate(names):
         per = t1[name].per_dataset
         means, lo_err, hi_err = [], [], []
@@ -140,6 +153,7 @@ def plot_accuracy_by_dataset(results: Results, path: str | Path) -> Path | None:
             width,
             yerr=[lo_err, hi_err],
             capsize=2,
+            color=colors[i],
             label=selector_label(name),
         )
     ax.set_xticks(xs)
@@ -174,10 +188,19 @@ def plot_significance(results: Results, path: str | Path) -> Path | None:
     ax.bar(xs, diffs, 0.6, yerr=np.clip(err, 0.0, None), capsize=4, color="tab:blue")
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xticks(xs)
-    ax.set_xticklabels([dataset_label(p[0]) for p in pts])
-    ax.set_ylabel("accuracy difference (pp)")
     first = sig[pts[0][0]]
-    ax.set_title(f"{selector_label(first.a)} − {selector_label(first.b)}, 95% bootstrap CI")
+    bs = {sig[p[0]].b for p in pts}
+    if len(bs) == 1:
+        ax.set_xticklabels([dataset_label(p[0]) for p in pts])
+        ax.set_title(f"{selector_label(first.a)} − {selector_label(first.b)}, 95% paired bootstrap CI")
+    else:  # B is each dataset's strongest baseline: name it under the dataset
+        import textwrap
+
+        ax.set_xticklabels([dataset_label(p[0]) + "\n" + textwrap.fill(f"vs {selector_label(sig[p[0]].b)}", 14)
+                            for p in pts], fontsize=7)
+        ax.set_title(f"{selector_label(first.a)} − each dataset's strongest baseline\n"
+                     "(chosen on validation), 95% paired bootstrap CI", fontsize=10)
+    ax.set_ylabel("accuracy difference (pp)")
     ax.grid(True, axis="y", alpha=0.3)
     return _save(fig, Path(path))
 

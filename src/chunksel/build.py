@@ -18,7 +18,6 @@ a subset of every larger one and the split proportions stay ~70/10/20.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,7 +255,9 @@ def build_instances(
         raise DataError(f"{dataset}: no instances were built (no questions with candidates)")
     meta: dict = {"config": config}
     if split == "grouped":
-        meta["evidence_overlap"] = _regroup(instances)
+        from chunksel.data.grouped_splits import apply_grouped_splits
+
+        meta["evidence_overlap"] = apply_grouped_splits(instances)
     stats = split_stats(instances)
     meta["stats"] = stats
     save_instances(out, instances, meta=meta)
@@ -264,16 +265,6 @@ def build_instances(
 
     attach_sidecar_labels(instances, out)
     return _with_label(Built(dataset, out, instances, config, stats), label)
-
-
-def _regroup(instances: list[Instance]) -> dict:
-    """Give ``instances`` grouped splits; the evidence overlap before and after."""
-    from chunksel.data.grouped_splits import evidence_overlap, group_sizes, grouped_splits
-
-    before = evidence_overlap(instances)
-    for inst, s in zip(instances, grouped_splits(instances), strict=True):
-        inst.split = s
-    return {"before": before, "after": evidence_overlap(instances), **group_sizes(instances)}
 
 
 def _with_label(built: Built, label: str | None) -> Built:
@@ -503,7 +494,3 @@ def features_for(instances: Sequence[Instance], selector, generator: str | None 
     if "warmup" not in selector_inputs(selector):
         return None
     return extract_question_features([i.question for i in instances], generator, progress=progress)
-
-
-def write_json(path: str | Path, obj: Any) -> None:
-    Path(path).write_text(json.dumps(obj, indent=2, default=str))

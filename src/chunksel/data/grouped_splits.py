@@ -83,6 +83,14 @@ def grouped_splits(instances: Sequence[Instance],
     return [by_group[g] for g in groups]
 
 
+def apply_grouped_splits(instances: Sequence[Instance]) -> dict:
+    """Give ``instances`` grouped splits in place; the evidence overlap before and after."""
+    before = evidence_overlap(instances)
+    for inst, s in zip(instances, grouped_splits(instances), strict=True):
+        inst.split = s
+    return {"before": before, "after": evidence_overlap(instances), **group_sizes(instances)}
+
+
 def evidence_overlap(instances: Sequence[Instance], splits: Sequence[str] | None = None) -> dict:
     """Share of val/test questions with an evidence passage that a train question also has.
 

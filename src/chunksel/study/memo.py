@@ -65,7 +65,13 @@ class Memo:
         self.enabled = enabled
         self.base = base
         self.dir = cache_root() / "bench"
-        self.hits = 0
+        self._written: set[str] = set()
+        self._reused: set[str] = set()
+
+    @property
+    def hits(self) -> int:
+        """Distinct results read back from an earlier run (not this run's own)."""
+        return len(self._reused)
 
     def key(self, **parts: Any) -> str:
         return digest({**self.base, **parts})
@@ -80,7 +86,8 @@ class Memo:
             value = json.loads(path.read_text())
         except (OSError, ValueError):
             return None  # a torn write: recompute
-        self.hits += 1
+        if key not in self._written:  # a later stage re-reading this run's result is no reuse
+            self._reused.add(key)
         return value
 
     def put(self, key: str, value: Any) -> Any:
@@ -91,4 +98,5 @@ class Memo:
             tmp = self.dir / f"{key}.json.tmp"
             tmp.write_text(json.dumps(value, default=json_default))
             tmp.replace(self.dir / f"{key}.json")
+            self._written.add(key)
         return value

@@ -187,7 +187,9 @@ def test_http_judge_matches_local_and_records_unparsed(tmp_path, smollm2, server
     # a server without log-probabilities whose text names no option: recorded, label 0
     server.script("say:Yes, the context says so.", "say:Hard to tell from this.")
     insts = _pair_instances()
-    with OpenAIBackend(server.url, "smollm2-text", timeout=30.0, max_retries=0, top_logprobs=0) as b:
+    # one request in flight: the scripted replies go out in request order
+    with OpenAIBackend(server.url, "smollm2-text", timeout=30.0, max_retries=0, top_logprobs=0,
+                       max_concurrency=1) as b:
         text = label_instances(insts, b, batch_size=1, cache=tmp_path, progress=False)
     assert [(r.label, r.parsed) for r in text.rows] == [(1, True), (0, False)]
     assert text.rows[1].text == "Hard to tell from this." and text.rows[1].p_yes is None

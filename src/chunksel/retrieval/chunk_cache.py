@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,13 +54,7 @@ class EmbeddingCache:
         self.misses = 0
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, dim INTEGER, vec BLOB)")
-                self._db.commit()
-            except sqlite3.DatabaseError as err:
-                raise ConfigError(f"embedding cache {str(self.path)!r} is not a usable SQLite file ({err})") from None
+            self._db = _open_db(self.path)
 
     def __len__(self) -> int:
         return len(self._mem)
@@ -112,6 +107,34 @@ class EmbeddingCache:
     def stats(self) -> dict[str, Any]:
         return {"items": len(self._mem), "max_items": self.max_items, "hits": self.hits, "misses": self.misses,
                 "disk": self.path is not None}
+
+
+def _open_db(path: Path, wait_s: float = 30.0) -> sqlite3.Connection:
+    """Open (or create) the SQLite tier in WAL mode. Several server workers open one file
+    at once, and switching a new file to WAL answers "database is locked" at once
+    instead of waiting on the busy timeout: the set-up is retried until ``wait_s``."""
+    give_up = time.monotonic() + wait_s
+    delay = 0.01
+    while True:
+        db = None
+        try:
+            db = sqlite3.connect(str(path), check_same_thread=False, timeout=wait_s)
+            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, dim INTEGER, vec BLOB)")
+            db.commit()
+            return db
+        except sqlite3.OperationalError as err:
+            if db is not None:
+                db.close()
+            if "locked" not in str(err) or time.monotonic() > give_up:
+                raise ConfigError(f"embedding cache {str(path)!r} is not a usable SQLite file ({err})") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+        except sqlite3.DatabaseError as err:
+            if db is not None:
+                db.close()
+            raise ConfigError(f"embedding cache {str(path)!r} is not a usable SQLite file ({err})") from None
 
 
 def encode_cached(encode: Callable[[list[str]], np.ndarray], texts: Sequence[str], encoder_id: str,

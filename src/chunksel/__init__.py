@@ -20,7 +20,7 @@ __all__ = [
 
 _LAZY = {
     "ChunkSelector": "chunksel.pipeline.chunk_selector",
-    "ChunkSelection": "chunksel.pipeline.chunk_selector",
+    "ChunkSelection": "chunksel.pipeline.selection",
 }
 
 

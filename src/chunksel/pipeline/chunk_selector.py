@@ -1,51 +1,22 @@
 """The application API: question text and chunk texts in, the chosen chunk(s) out.
 
-**The fast path: reuse what the retriever computed.** A retriever has already embedded
-the question and the chunks and scored them; pass those and nothing is encoded here::
+**The fast path reuses what the retriever computed**: pass the question and chunk
+embeddings and the retrieval scores and nothing is encoded here::
 
     cs = ChunkSelector.load("models/anchored")
-    sel = cs.select(question, chunks, k=1, question_embedding=q_vec,
+    sel = cs.select(question, chunks, k="auto", question_embedding=q_vec,
                     chunk_embeddings=chunk_vecs, chunk_scores=retrieval_scores, titles=titles)
 
-(vectors from the encoder the selector was trained with, all-MiniLM-L6-v2 by default; a
-wrong dimension is a :class:`~chunksel.errors.DataError` naming the argument and both
-shapes). ``deadline=`` (a ``time.monotonic()`` time) is checked before each stage.
-
-``ChunkSelector.load(path).select(question, chunks, k=1)`` also works from raw text for
-every saved selector, and runs what that selector reads
-(:func:`~chunksel.selectors.provenance.selector_inputs`):
-
-- the retriever encoder (the packaged all-MiniLM-L6-v2; chunk texts through a
-  content-addressed chunk-embedding cache, :mod:`chunksel.retrieval.chunk_cache`, so a
-  chunk seen before is not encoded again) for the chunks' embeddings, the
-  question's embedding and the retrieval score (``q . e``, the score the benchmark's
-  retriever gave its candidates; left out when the selector was trained on candidates
-  without scores, as a user's ``ctxs`` often are), only when the selector reads one;
-- the generator's question-only warm-up pass for ``h`` and ``r``, only when the selector
-  reads them (``query_cost`` contains ``"warmup"`` and its ``blocks`` include ``hs`` or
-  ``rw``);
-- the BM25 / TF-IDF corpus statistics it was trained with (saved beside it), or the
-  user's own corpus (``corpus=``), for the BM25 / LETOR-feature selectors.
-
-The result is a
-:class:`ChunkSelection`: the chosen chunks best first, each with its index in the given
-list, its score and its rank, and every chunk's score; :meth:`ChunkSelection.to_dict` is
-valid JSON (no NaN, no infinities). :meth:`ChunkSelector.select_batch` scores several
-questions in one pass (one encoder call, one batched warm-up pass, one scoring call).
-
-**More chunks than K.** A selector with a fixed candidate count K (``prototype``,
-``anchored``) scores the first K chunks in the order given; any further chunk gets a
-``null`` score, is never selected, and an
-:class:`~chunksel.errors.UnscoredChunksWarning` says how many were left out: put the
-retriever's best chunks first. The other selectors score every chunk.
-
-**Threads.** A ``ChunkSelector`` may be shared by threads (the server does): generator
-passes run one at a time (its feature hooks sit on the shared model), the rest
-concurrently.
-
-**Provenance.** The saved selector records the generator and encoder it was trained with
-(:mod:`chunksel.selectors.provenance`); a different generator or encoder here is a
-:class:`~chunksel.errors.DataError`, never a silent fallback.
+From raw text, ``select`` runs only what the selector reads
+(:func:`~chunksel.selectors.provenance.selector_inputs`): the retriever encoder through
+the content-addressed chunk-embedding cache (:mod:`chunksel.retrieval.chunk_cache`), the
+generator's question-only warm-up pass for ``h`` and ``r``, and the BM25 statistics saved
+beside the selector (or ``corpus=``). A selector with a fixed K scores the first K chunks
+given (the rest get ``null`` and an :class:`~chunksel.errors.UnscoredChunksWarning`).
+The result is a :class:`~chunksel.pipeline.selection.ChunkSelection`. A ``ChunkSelector``
+may be shared by threads: generator passes run one at a time. A generator or encoder
+other than the one in the saved provenance is a :class:`~chunksel.errors.DataError`.
+``docs/serving.md`` walks through the whole path.
 """
 
 from __future__ import annotations
@@ -54,7 +25,6 @@ import threading
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,114 +39,16 @@ from chunksel.pipeline.select_inputs import (
     check_question_embeddings,
     check_questions,
     fill_embeddings,
+    given_features,
     make_cache,
     trained_dim,
-    unit,
 )
-from chunksel.pipeline.select_rules import check_rule, choose, json_probability, probability_list
+from chunksel.pipeline.select_rules import check_rule, choose, probability_list
+from chunksel.pipeline.selection import ChosenChunk, ChunkSelection, max_chunks
 from chunksel.selectors.provenance import selector_inputs
 
 #: inputs that need the retriever encoder when the caller does not supply them
 _ENCODER_INPUTS = frozenset({"chunk_embedding", "question_embedding", "retrieval_score"})
-
-
-@dataclass
-class ChosenChunk:
-    """One selected chunk: its position in the given list, its rank (1 = best), score and
-    calibrated P(evidence) (None when the selector has no calibrator)."""
-
-    index: int
-    rank: int
-    score: float
-    text: str
-    probability: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "rank": self.rank, "score": _json_score(self.score), "text": self.text,
-                "probability": json_probability(self.probability)}
-
-
-@dataclass
-class ChunkSelection:
-    """The chosen chunk(s) of one question, best first, with every chunk's score.
-
-    Attributes:
-        question: the question text.
-        selected: the chosen chunks, best first (at most ``k``, never an unscored one).
-        all_scores: one entry per given chunk; ``None`` for a chunk the model did not
-            score (past its K).
-        n_scored: how many chunks were scored (the first ``n_scored``).
-        selector: the selector's registry name.
-        timings: milliseconds per stage (``encode``, ``warmup``, ``score``, ``total``) of
-            the call that produced it (of the whole batch for :meth:`ChunkSelector.select_batch`).
-        warm_up: the warm-up pass (its KV cache feeds generation), when one ran for this
-            question alone.
-        probabilities: one calibrated P(evidence) per given chunk (None past the scored
-            chunks, or every one when the selector has no calibrator).
-        p_answerable: P(some scored chunk holds the evidence), calibrated per set.
-        abstained: nothing was selected because of ``k="auto"``, ``threshold`` or ``min_p``.
-    """
-
-    question: str
-    selected: list[ChosenChunk]
-    all_scores: list[float | None]
-    n_scored: int
-    selector: str = ""
-    timings: dict[str, float] = field(default_factory=dict)
-    warm_up: Any = field(default=None, repr=False)
-    probabilities: list[float | None] = field(default_factory=list)
-    p_answerable: float | None = None
-    abstained: bool = False
-
-    @property
-    def indices(self) -> list[int]:
-        return [c.index for c in self.selected]
-
-    @property
-    def chunks(self) -> list[str]:
-        return [c.text for c in self.selected]
-
-    @property
-    def scores(self) -> list[float]:
-        return [c.score for c in self.selected]
-
-    def top_k(self, n: int) -> list[ChosenChunk]:
-        """The best ``n`` chosen chunks."""
-        return self.selected[:n]
-
-    def to_dict(self) -> dict[str, Any]:
-        """Valid JSON: non-finite scores become ``null``."""
-        return {
-            "question": self.question,
-            "selector": self.selector,
-            "selected": [c.to_dict() for c in self.selected],
-            "indices": self.indices,
-            "chunks": self.chunks,
-            "scores": [_json_score(s) for s in self.scores],
-            "all_scores": [_json_score(s) for s in self.all_scores],
-            "n_scored": self.n_scored,
-            "probabilities": [json_probability(p) for p in self.probabilities],
-            "p_answerable": json_probability(self.p_answerable),
-            "abstained": self.abstained,
-            "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},
-        }
-
-
-def _json_score(s: float | None) -> float | None:
-    """A score as JSON allows it: a finite float, else None (null)."""
-    return float(s) if s is not None and np.isfinite(s) else None
-
-
-_unit = unit
-
-
-def max_chunks(selector: Any) -> int | None:
-    """The selector's fixed candidate count K (None: it scores any number)."""
-    layout = getattr(selector, "layout_", None)
-    if layout is not None and getattr(layout, "k", None):
-        return int(layout.k)
-    k = getattr(selector, "k", None)
-    return int(k) if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None
 
 
 class ChunkSelector:
@@ -541,11 +413,7 @@ class ChunkSelector:
         r: list[Any] = [None] * len(questions)
         for i, f in enumerate(given):
             if f is not None:
-                try:
-                    h[i] = np.asarray(f["h"], dtype=np.float32).reshape(-1)
-                    r[i] = np.asarray(f["r"], dtype=np.float32).reshape(-1)
-                except (KeyError, TypeError, ValueError):
-                    raise DataError('features must be {"h": array, "r": array}') from None
+                h[i], r[i] = given_features(f)
         if len(todo) == 1:
             i = todo[0]
             warm_ups[i] = self.warm_up(questions[i])
@@ -559,8 +427,7 @@ class ChunkSelector:
                                        progress=False)
             for n, i in enumerate(todo):
                 h[i], r[i] = got["h"][n], got["r"][n]
-        dims = {len(x) for x in h}, {len(x) for x in r}
-        if len(dims[0]) != 1 or len(dims[1]) != 1:
+        if len({len(x) for x in h}) != 1 or len({len(x) for x in r}) != 1:
             raise DataError("features of different sizes in one batch")
         return InMemoryFeatures([f"q{i}" for i in range(len(questions))], h=np.stack(h), r=np.stack(r)), warm_ups
 

@@ -243,3 +243,11 @@ def build_instances(questions: list[str], texts: list[list[str]], n_scored: list
                                    title=str(title_l[i][j]) if title_l[i] is not None else ""))
         batch.append(Instance(question=q, candidates=cands))
     return batch
+
+
+def given_features(f: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A caller's warm-up features ``{"h": array, "r": array}`` as two float32 vectors."""
+    try:
+        return np.asarray(f["h"], dtype=np.float32).reshape(-1), np.asarray(f["r"], dtype=np.float32).reshape(-1)
+    except (KeyError, TypeError, ValueError):
+        raise DataError('features must be {"h": array, "r": array}') from None

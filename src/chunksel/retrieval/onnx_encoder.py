@@ -7,7 +7,9 @@ Same interface as :class:`~chunksel.retrieval.encoder.Encoder` (``encode``,
 because the embeddings are that model's (each graph is checked at export to stay within
 cosine 0.99 of sentence-transformers per text), so a selector trained on MiniLM
 embeddings accepts it. ``cache_id`` tells the engines apart for the chunk-embedding cache.
-Texts are encoded in batches sorted by length (less padding). The graph is exported on
+Texts are encoded in batches of near-equal length (:func:`length_batches`: a short question
+is never padded to a long chunk's length, which halves the time of a question and five
+100-word chunks on one thread). The graph is exported on
 first use when absent (that needs torch and transformers once).
 """
 
@@ -27,10 +29,21 @@ from chunksel.types import Question
 ENGINES = ("torch", "onnx", "onnx-int8")
 
 
-def _tokenize(tok: Any, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    from chunksel.export.encoder import tokenize
-
-    return tokenize(tok, texts)
+def length_batches(lengths: Sequence[int], batch_size: int, waste: float = 0.1) -> list[list[int]]:
+    """Indices grouped into batches, longest first, so that padding adds at most ``waste``
+    of the tokens of a batch: a padded token costs as much as a real one (attention
+    quadratically), so a short question is not padded to a long chunk's length. One
+    text alone when nothing else is close in length."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        b = batches[-1] if batches else None
+        if (b is not None and len(b) < batch_size
+                and lengths[b[0]] * (len(b) + 1) <= (1 + waste) * (sum(lengths[j] for j in b) + lengths[i])):
+            b.append(i)
+        else:
+            batches.append([i])
+    return batches
 
 
 class OnnxEncoder:
@@ -113,6 +126,7 @@ class OnnxEncoder:
             opts.inter_op_num_threads = 1
         self._session = ort.InferenceSession(str(graph), sess_options=opts, providers=["CPUExecutionProvider"])
         self._tok = load_tokenizer(folder / "tokenizer.json", self.max_seq_length)
+        self._pad_id = self._tok.token_to_id("[PAD]") or 0
         return self
 
     def _exported(self, meta_file: Path) -> bool:
@@ -124,12 +138,16 @@ class OnnxEncoder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.load()
-        bs = batch_size or self.batch_size
-        order = np.argsort([-len(t) for t in texts], kind="stable")
+        enc = self._tok.encode_batch(texts)
+        rows = [e.ids[: sum(e.attention_mask)] for e in enc]
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(texts), bs):
-            idx = order[start: start + bs]
-            ids, mask = _tokenize(self._tok, [texts[i] for i in idx])
+        for idx in length_batches([len(r) for r in rows], batch_size or self.batch_size):
+            width = len(rows[idx[0]])
+            ids = np.full((len(idx), width), self._pad_id, dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            for j, i in enumerate(idx):
+                ids[j, : len(rows[i])] = rows[i]
+                mask[j, : len(rows[i])] = 1
             out[idx] = self._session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
         self.n_encoded += len(texts)
         return out

@@ -106,3 +106,28 @@ def test_chunkselector_takes_the_engine_by_name(tmp_path, export_dir, monkeypatc
     cs = ChunkSelector.load(tmp_path / "r", encoder="onnx-int8")
     assert isinstance(cs.encoder, OnnxEncoder) and cs.encoder.quantize == "int8"
     assert cs.encoder.encode(["who wrote hamlet?"]).shape == (1, 384)
+
+
+def test_length_batches_pad_little_and_keep_every_index():
+    from chunksel.retrieval.onnx_encoder import length_batches
+
+    lengths = [12, 140, 101, 98, 150, 11, 60]
+    got = length_batches(lengths, batch_size=64)
+    assert sorted(i for b in got for i in b) == list(range(len(lengths)))
+    for b in got:  # longest first, padding within 10% of the real tokens
+        assert lengths[b[0]] == max(lengths[i] for i in b)
+        assert lengths[b[0]] * len(b) <= 1.1 * sum(lengths[i] for i in b)
+    assert any(set(b) == {0, 5} for b in got)  # the two short questions go together
+    assert all(len(b) <= 2 for b in length_batches([10] * 5, batch_size=2))
+
+
+def test_batching_by_length_gives_the_padded_batch_embeddings(export_dir, real_texts):
+    from chunksel.export.encoder import load_tokenizer, tokenize
+    from chunksel.retrieval.onnx_encoder import OnnxEncoder
+
+    enc = OnnxEncoder(quantize="fp32", path=export_dir)
+    texts = real_texts[:3] + real_texts[-3:]  # questions and passages in one call
+    got = enc.encode(texts)
+    ids, mask = tokenize(load_tokenizer(export_dir / "tokenizer.json", 256), texts)  # one padded batch
+    want = enc.load()._session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+    np.testing.assert_allclose(got, want, atol=2e-5)

@@ -32,19 +32,26 @@ except ImportError:  # pragma: no cover - create_app names the extra to install
     Request = Any  # type: ignore[misc,assignment]
 
 log = logging.getLogger("chunksel.serve")
+#: admit a request only when it is predicted to be answered within this share of the time
+#: it has left: the rest absorbs the prediction's error (a request answered late is work lost)
+ADMIT_SHARE = 0.8
 
 # ------------------------------------------------------------------- the app
 class _Gate:
     """Bounded concurrency, a bounded wait queue, admission control and the request
     deadline.
 
-    Admission: the gate keeps a moving average of how long the work of one request takes;
-    a request whose predicted wait (the requests ahead of it over the worker count, times
-    that average) would not leave it time to finish before its deadline is answered 503
-    at once, with ``Retry-After``, instead of being queued to time out. A request whose
-    client has gone by the time a worker is free is dropped unworked; a started request
-    carries its deadline into :meth:`ChunkSelector.select_batch`, which stops before the
-    next stage once it has passed.
+    Admission happens before the request's body is read: the gate counts the requests
+    admitted and not yet answered (``admitted``) and keeps a moving average of the time
+    between two requests' work finishing while others waited (``interval_s``, what the
+    worker really sustains, body parsing and the event loop included; before it knows
+    one, the work of one request over the concurrency). A request that would be answered after its
+    deadline (``admitted + 1`` intervals from now, against :data:`ADMIT_SHARE` of the time it
+    has left) is answered 503 at once, with
+    ``Retry-After``, instead of being queued to time out. A request whose client has gone
+    by the time a worker is free is dropped unworked; a started request carries its
+    deadline into :meth:`ChunkSelector.select_batch`, which stops before the next stage
+    once it has passed.
     """
 
     def __init__(self, s: ServeSettings, metrics: Metrics) -> None:
@@ -53,31 +60,47 @@ class _Gate:
         self.pool = ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="chunksel-serve")
         self.sem: asyncio.Semaphore | None = None
         self.waiting = 0
-        self.service_s: float | None = None  # moving average of one request's work
+        self.admitted = 0  # admitted requests not answered yet
+        self.service_s: float | None = None  # moving average of one request's work in the pool
+        self.interval_s: float | None = None  # moving average of the time between answers while busy
+        self._last_done: float | None = None
 
     def deadline(self, t0: float) -> float:
         """The request's deadline on the ``time.monotonic()`` clock."""
         return time.monotonic() + self.s.timeout_s - (time.perf_counter() - t0)
 
+    def per_request_s(self) -> float | None:
+        """How long one more request adds to the wait (None: nothing measured yet)."""
+        if self.interval_s is not None:
+            return self.interval_s
+        return None if self.service_s is None else self.service_s / self.s.concurrency
+
     def admit(self, t0: float) -> None:
-        """503 now (with Retry-After) when the queue is full or the wait would eat the deadline."""
-        ahead = self.waiting + self.metrics.in_flight
-        if self.waiting >= self.s.queue:
+        """Count the request in, or 503 now (with Retry-After) when the queue is full or it
+        would not be answered before its deadline."""
+        ahead = self.admitted
+        if ahead - self.s.concurrency >= self.s.queue:
             self.metrics.drop("queue_full")
-            raise self._busy(f"{self.waiting} requests are waiting; the limit is {self.s.queue}", "queue",
-                             self.s.queue, ahead)
-        if not self.s.admission or self.service_s is None or ahead < self.s.concurrency:
-            return  # a worker is free: always try
-        wait = max(0, ahead - self.s.concurrency + 1) / self.s.concurrency * self.service_s
-        left = self.s.timeout_s - (time.perf_counter() - t0)
-        if wait + self.service_s > left:
-            self.metrics.drop("admission")
-            raise self._busy(f"the server is at capacity: about {wait:.1f} s of queued work, which would not "
-                             f"leave this request time to finish within {self.s.timeout_s:g} s", "timeout_s",
-                             self.s.timeout_s, ahead)
+            raise self._busy(f"{ahead - self.s.concurrency} requests are waiting; the limit is {self.s.queue}",
+                             "queue", self.s.queue, ahead)
+        each = self.per_request_s()
+        if self.s.admission and each is not None and ahead >= self.s.concurrency:
+            finish = (ahead + 1) * each
+            left = self.s.timeout_s - (time.perf_counter() - t0)
+            if finish > ADMIT_SHARE * left:
+                self.metrics.drop("admission")
+                raise self._busy(f"the server is at capacity: about {finish:.2f} s of queued work, which would "
+                                 f"not leave this request time to finish within {self.s.timeout_s:g} s",
+                                 "timeout_s", self.s.timeout_s, ahead)
+        self.admitted += 1
+
+    def leave(self) -> None:
+        """An admitted request was answered (whatever the answer)."""
+        self.admitted -= 1
 
     def _busy(self, message: str, limit: str, most: float, ahead: int) -> ApiError:
-        retry = 1 if self.service_s is None else max(1, math.ceil(ahead / self.s.concurrency * self.service_s))
+        each = self.per_request_s()
+        retry = 1 if each is None else max(1, math.ceil((ahead + 1) * each))
         return ApiError(503, "busy", message, headers={"Retry-After": str(retry)}, limit=limit, max=most,
                         retry_after_s=retry)
 
@@ -85,7 +108,6 @@ class _Gate:
         """Run ``fn`` in the pool; returns (its result, ms spent waiting for a slot)."""
         if self.sem is None:
             self.sem = asyncio.Semaphore(self.s.concurrency)
-        self.admit(t0)
         self.waiting += 1
         try:
             await asyncio.wait_for(self.sem.acquire(), timeout=max(0.0, self.s.timeout_s - (time.perf_counter() - t0)))
@@ -121,7 +143,15 @@ class _Gate:
             raise
 
     def _observe(self, seconds: float) -> None:
+        """A request's work finished in the pool (on the event loop, before its answer)."""
         self.service_s = seconds if self.service_s is None else 0.8 * self.service_s + 0.2 * seconds
+        now = time.perf_counter()
+        if self._last_done is not None:
+            dt = now - self._last_done
+            self.interval_s = dt if self.interval_s is None else 0.8 * self.interval_s + 0.2 * dt
+        # the next interval is service time only if work is waiting now (an idle gap is not;
+        # requests that time out in the queue are no work done, so they never shorten it)
+        self._last_done = now if self.waiting > 0 else None
 
     def _timeout(self) -> ApiError:
         return ApiError(504, "timeout", f"the request took longer than {self.s.timeout_s:g} s",
@@ -297,11 +327,15 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
         if not hmac.compare_digest(got.encode(), s.api_key.encode()):
             raise ApiError(401, "unauthorised", "a valid X-API-Key header is required")
 
-    async def handle(request: Request, endpoint: str, work) -> Any:
+    async def handle(request: Request, endpoint: str, work, admit: bool = True) -> Any:
         t0 = time.perf_counter()
         status = 200
+        admitted = False
         try:
             authorise(request)
+            if admit:  # before the body is read: a 503 under overload costs little
+                gate.admit(t0)
+                admitted = True
             body, timings = await work(t0)
             timings["request"] = (time.perf_counter() - t0) * 1e3
             metrics.observe(timings)
@@ -328,6 +362,8 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
             return JSONResponse({"error": "internal", "message": "internal error (see the server log)"},
                                 status_code=500)
         finally:
+            if admitted:
+                gate.leave()
             metrics.count(endpoint, status)
 
     @app.post("/select")
@@ -336,7 +372,6 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
             item = parse_select(await body_json(request), s)
             item["deadline"] = gate.deadline(t0)
             if batcher is not None:
-                gate.admit(t0)
                 res, queued = await batcher.submit(item, t0)
             else:
                 out, queued = await gate.run(lambda: _select_many(cs, [item], item["deadline"]), t0, request)
@@ -407,14 +442,14 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
                     "worker": worker_info(),
                     "settings": {k: v for k, v in s.public().items() if k not in ("host", "port")}}, {}
 
-        return await handle(request, "/health", work)
+        return await handle(request, "/health", work, admit=False)
 
     @app.get("/metrics")
     async def get_metrics(request: Request):
         async def work(t0):
             return metrics.snapshot(), {}
 
-        return await handle(request, "/metrics", work)
+        return await handle(request, "/metrics", work, admit=False)
 
     return app
 

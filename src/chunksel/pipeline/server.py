@@ -25,7 +25,8 @@ shape 422, a missing or wrong ``X-API-Key`` (when a key is set) 401.
 
 Concurrency: at most ``concurrency`` requests run at once in a thread pool; up to
 ``queue`` more wait. Overload degrades gracefully: a request's deadline is ``timeout_s``
-after it arrived; the gate predicts its wait from the work ahead of it and answers 503
+after it arrived; before its body is read, the gate predicts when it would be answered
+(the requests admitted ahead of it times the measured time between answers) and answers 503
 ``busy`` at once, with ``Retry-After``, when it would not finish in time (``admission``);
 a request whose client has left is dropped before its work starts; a started one
 carries its deadline into :meth:`ChunkSelector.select_batch`, which stops before the next

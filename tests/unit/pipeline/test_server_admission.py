@@ -1,0 +1,68 @@
+"""The server's admission gate on a scripted clock: what it predicts, what it learns
+from, and that a rejected request is counted and never admitted."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from chunksel.pipeline import serve_app  # noqa: E402
+from chunksel.pipeline.serve_app import _Gate  # noqa: E402
+from chunksel.pipeline.serve_requests import ApiError, Metrics, ServeSettings  # noqa: E402
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(serve_app.time, "perf_counter", clock)
+    g = _Gate(ServeSettings(concurrency=1, queue=100, timeout_s=1.0).check(), Metrics())
+    yield g, clock
+    g.pool.shutdown()
+
+
+def test_the_gate_learns_the_time_between_finished_work_while_others_wait(gate):
+    g, clock = gate
+    g.waiting = 3  # requests queued behind the one that finishes
+    g._observe(0.05)
+    clock.now += 0.1
+    g._observe(0.05)
+    assert g.interval_s == pytest.approx(0.1)  # what the worker sustains, not the 0.05 s of work
+    g.waiting = 0
+    clock.now += 0.1
+    g._observe(0.05)  # nothing waited: the gap that follows is idle time, not service
+    clock.now += 5.0
+    g._observe(0.05)
+    assert g.interval_s == pytest.approx(0.1)
+
+
+def test_requests_that_time_out_in_the_queue_never_shorten_the_estimate(gate):
+    g, clock = gate
+    g.interval_s = 0.1
+    for _ in range(20):  # admitted, then answered 504 without work: leave() alone
+        g.admit(clock.now)
+        g.leave()
+    assert g.interval_s == pytest.approx(0.1) and g.admitted == 0
+
+
+def test_admission_rejects_what_would_be_answered_too_late_and_counts_it(gate):
+    g, clock = gate
+    g.interval_s = 0.09
+    t0 = clock.now
+    admitted = 0
+    with pytest.raises(ApiError) as err:
+        for _ in range(50):
+            g.admit(t0)
+            admitted += 1
+    # the k-th is answered after about k * 0.09 s: admitted while that is within 80% of 1 s
+    assert admitted == 8 and g.admitted == 8
+    assert err.value.status == 503 and int(err.value.headers["Retry-After"]) >= 1
+    assert g.metrics.dropped["admission"] == 1

@@ -59,6 +59,8 @@ def abstention_of(sel: Any, test: Sequence[Any], features: Any = None) -> dict[s
     out["calibrator"] = {"chunk_method": cal.chunk.method, "set_method": cal.set.method, "source": cal.source,
                          "label_source": cal.label_source, **cal.info}
     out["targets_met"] = targets_met(out)
+    # per test instance: k="auto" kept no chunk (Table 4's "I don't know" row; not reported)
+    out["abstained_auto"] = [bool(not np.any(p >= cal.auto_threshold)) for p in chunk_p]
     return out
 
 
@@ -153,8 +155,22 @@ def abstention(study: Any) -> dict[str, dict[str, Any]]:
             s = (study.prof.seeds if cls.requires_fit else (study.seed,))[0]
             res = study.fit_eval(name, s, ds, want_cost=ds == study.cost_dataset)
             if res.get("abstention") is not None:
-                out.setdefault(ds, {})[name] = res["abstention"]
+                out.setdefault(ds, {})[name] = {k: v for k, v in res["abstention"].items() if k != "abstained_auto"}
     return out
+
+
+def auto_abstained(study: Any, name: str, ds: str) -> list[bool] | None:
+    """Per test instance of ``ds``: whether ``name`` (its first seed, as Table 1 fitted it)
+    abstained with ``k="auto"``; None when it has no calibrator."""
+    from chunksel.selectors import get_selector_class
+
+    cls = get_selector_class(name)
+    if cls.query_cost == "llm":
+        return None
+    s = (study.prof.seeds if cls.requires_fit else (study.seed,))[0]
+    ab = study.fit_eval(name, s, ds, want_cost=ds == study.cost_dataset).get("abstention") or {}
+    flags = ab.get("abstained_auto")
+    return None if flags is None else [bool(f) for f in flags]
 
 
 def _panels(results: Mapping[str, Mapping[str, Any]]) -> tuple[Any, list[Any], list[str]] | None:

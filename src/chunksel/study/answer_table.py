@@ -103,6 +103,7 @@ def answer_table(
     seed: int = 0,
     progress: bool = True,
     keep_answers: bool = True,
+    abstain: Mapping[str, Sequence[bool]] | None = None,
 ) -> dict[str, Any]:
     """Answer quality and cost per condition: the selectors' picks and the references.
 
@@ -124,6 +125,9 @@ def answer_table(
         seed: bootstrap seed.
         progress: a progress bar over the distinct pairs.
         keep_answers: include every answer with its scores under ``"answers"``.
+        abstain: selector name -> one flag per instance: the selector abstained there
+            (``k="auto"`` kept no chunk), so the pipeline answers "I don't know" and
+            generates nothing (:func:`idk_row`).
 
     Returns:
         A JSON-ready dict::
@@ -152,6 +156,7 @@ def answer_table(
                         "path": str},
               "memory": str,                        # how peak memory is measured
               "answers": {name: [{"id", "pick", "answer", "em", "f1", "acc"}]},  # keep_answers
+              "abstention": {name: idk_row(...)},   # the selectors given in ``abstain``
             }
 
     Raises:
@@ -219,6 +224,7 @@ def answer_table(
                   "before, in MiB; covers the KV cache copy, activations and allocator growth",
     }
     answers: dict[str, list[dict[str, Any]]] = {}
+    scored: dict[str, tuple[list[float], list[float], list[float], list[dict[str, Any]]]] = {}
     for name, rows in conds.items():
         em, f1, acc, recs, listing = [], [], [], [], []
         for i in chosen:
@@ -253,6 +259,16 @@ def answer_table(
             entry["oracle_fallback"] = sum(not instances[i].answerable(label) for i in chosen)
         out["conditions"][name] = entry
         answers[name] = listing
+        scored[name] = (em, f1, acc, recs)
+    for name, flags in (abstain or {}).items():
+        if name not in scored:
+            continue
+        if len(flags) != n:
+            raise DataError(f"abstain[{name!r}] has {len(flags)} flags for {n} instances")
+        em, f1, acc, recs = scored[name]
+        out.setdefault("abstention", {})[name] = idk_row(
+            [bool(flags[i]) for i in chosen], em, f1, acc, [r["prefill_tokens"] for r in recs],
+            [instances[i].answerable(label) for i in chosen], seed)
     both = [r for r in results.values() if r.get("ttft_ms_noreuse") is not None]
     if both:
         reuse = float(np.mean([r["ttft_ms"] for r in both]))
@@ -271,8 +287,39 @@ def answer_table(
     return out
 
 
+def idk_row(abstained: Sequence[bool], em: Sequence[float], f1: Sequence[float], acc: Sequence[float],
+            prefill: Sequence[float | None], answerable: Sequence[bool], seed: int = 0) -> dict[str, Any]:
+    """Table 4's "I don't know" row of one selector: where it abstained the pipeline
+    answers "I don't know" and prefills nothing; elsewhere its answer stands.
+
+    Returns ``{"questions", "answered", "coverage", "em", "f1", "acc"`` (intervals over the
+    answered questions), ``"f1_all"`` (every question, "I don't know" scoring 0: the
+    plain row's F1 minus what abstaining lost), ``"abstained_answerable"``,
+    ``"abstained_unanswerable"`` (abstentions on questions with / without a positive
+    candidate), ``"abstained_correct"`` (abstained where the answer would have matched,
+    ``acc``), ``"prefill_tokens"`` (mean per question, none where it abstained) and
+    ``"prefill_saved_pct"`` (against answering every question)}``."""
+    keep = [k for k, a in enumerate(abstained) if not a]
+    gone = [k for k, a in enumerate(abstained) if a]
+    pre = [float(p or 0.0) for p in prefill]
+    total = sum(pre)
+    out: dict[str, Any] = {
+        "questions": len(abstained), "answered": len(keep),
+        "coverage": round(len(keep) / len(abstained), 4) if abstained else None,
+        "f1_all": _interval([f1[k] if not abstained[k] else 0.0 for k in range(len(abstained))], seed),
+        "abstained_answerable": sum(1 for k in gone if answerable[k]),
+        "abstained_unanswerable": sum(1 for k in gone if not answerable[k]),
+        "abstained_correct": int(sum(acc[k] for k in gone)),
+        "prefill_tokens": round(sum(pre[k] for k in keep) / len(abstained), 3) if abstained else None,
+        "prefill_saved_pct": round(100 * sum(pre[k] for k in gone) / total, 2) if total > 0 else None,
+    }
+    for m, v in (("em", em), ("f1", f1), ("acc", acc)):
+        out[m] = _interval([v[k] for k in keep], seed) if keep else None
+    return out
+
+
 __all__ = [
-    "REFERENCE_CONDITIONS", "Answer", "AnswerCache", "Generator", "answer_accuracy", "answer_table",
+    "REFERENCE_CONDITIONS", "Answer", "AnswerCache", "Generator", "answer_accuracy", "answer_table", "idk_row",
     "exact_match",
     "normalize_answer", "reference_picks", "sample_instances", "token_f1",
 ]

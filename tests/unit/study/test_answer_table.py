@@ -113,3 +113,23 @@ def test_answer_table_rejects_bad_picks(tmp_path):
         answer_table(_instances(), {"s": [[0]]}, FakeGenerator(), cache=tmp_path, progress=False)
     with pytest.raises(DataError, match="out of range"):
         answer_table(_instances(), {"s": [[0], [7], [0]]}, FakeGenerator(), cache=tmp_path, progress=False)
+
+
+def test_the_i_dont_know_row_answers_only_where_the_selector_keeps_a_chunk(tmp_path):
+    insts = _instances()  # q1 has no positive candidate
+    picks = {"sel_a": [[2], [2], [0]]}
+    res = answer_table(insts, picks, FakeGenerator(), cache=tmp_path, progress=False,
+                       abstain={"sel_a": [False, True, True], "unknown": [True] * 3})
+    assert set(res["abstention"]) == {"sel_a"}  # only selectors with picks get a row
+    r = res["abstention"]["sel_a"]
+    assert r["questions"] == 3 and r["answered"] == 1 and r["coverage"] == pytest.approx(1 / 3, abs=1e-4)
+    assert r["f1"]["mean"] == 1.0 and r["em"]["mean"] == 1.0  # q0 answered "chunk 2"
+    assert r["f1_all"]["mean"] == pytest.approx(1 / 3, abs=1e-4)  # "I don't know" scores 0
+    assert (r["abstained_answerable"], r["abstained_unanswerable"], r["abstained_correct"]) == (1, 1, 1)
+    assert r["prefill_tokens"] == pytest.approx(5.0) and r["prefill_saved_pct"] == pytest.approx(66.67)
+    assert res["conditions"]["sel_a"]["f1"]["mean"] == pytest.approx(2.5 / 3, abs=1e-4)  # the plain row is unchanged
+    with pytest.raises(DataError, match="flags for 3"):
+        answer_table(insts, picks, FakeGenerator(), cache=tmp_path, progress=False, abstain={"sel_a": [True]})
+    everything = answer_table(insts, picks, FakeGenerator(), cache=tmp_path, progress=False,
+                              abstain={"sel_a": [True] * 3})["abstention"]["sel_a"]
+    assert everything["answered"] == 0 and everything["f1"] is None and everything["prefill_saved_pct"] == 100.0

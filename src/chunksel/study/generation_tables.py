@@ -51,6 +51,9 @@ def format_answers(results: Results) -> str:
         head = (f"**{dataset_label(d)}** ({table.get('questions')} test questions, {n_ans} with a positive "
                 f"candidate; {table.get('generator')}, greedy, at most {table.get('max_new_tokens')} new tokens)")
         text = head + "\n\n" + md_table(header, rows, ["l"] + ["r"] * 6)
+        idk = _format_idk(table.get("abstention") or {}, conds)
+        if idk:
+            text += "\n\n" + idk
         kv = table.get("kv_reuse")
         if kv:
             text += (f"\n\nKV reuse on {kv['pairs']} pairs: time to first token {fmt(kv['ttft_ms_reuse'], 1)} ms "
@@ -59,6 +62,29 @@ def format_answers(results: Results) -> str:
                      f"{fmt(kv['prefill_tokens_full'], 1)} tokens prefilled).")
         parts.append(text)
     return "\n\n".join(parts)
+
+
+def _format_idk(rows_in: Mapping[str, Any], conds: Mapping[str, Any]) -> str:
+    """Table 4's "I don't know" rows: each calibrated selector answers only where
+    ``k="auto"`` keeps a chunk."""
+    if not rows_in:
+        return ""
+    rows = []
+    for name, r in rows_in.items():
+        plain = (conds.get(name) or {}).get("f1")
+        rows.append([
+            selector_label(name) + ' + "I don\'t know"', fmt(100 * r["coverage"], 1) if r.get("coverage") is not None
+            else DASH, _pct_interval(r.get("f1")), _pct_interval(r.get("f1_all")), _pct_interval(plain),
+            f"{r['abstained_answerable']} / {r['abstained_unanswerable']}", str(r.get("abstained_correct", DASH)),
+            fmt(r.get("prefill_tokens"), 1), fmt(r.get("prefill_saved_pct"), 1),
+        ])
+    return ('With abstention: where the selector\'s calibrated `k="auto"` keeps no chunk, the pipeline answers '
+            '"I don\'t know" and prefills nothing. F1 on the answered questions, and on all (an "I don\'t know" '
+            "scores 0) beside the plain row's F1; abstentions on questions with / without a positive candidate; "
+            "abstentions where the plain answer was right.\n\n"
+            + md_table(["Context", "Coverage %", "F1 answered", "F1 all", "F1 without abstaining",
+                        "Abstained (answerable / not)", "Abstained, answer was right", "Prefill tokens",
+                        "Prefill saved %"], rows, ["l"] + ["r"] * 8))
 
 
 def format_llm(results: Results) -> str:
@@ -94,9 +120,13 @@ def format_llm(results: Results) -> str:
                 ks = ", ".join(f"{k}: {v}" for k, v in (c.get("k_distribution") or {}).items())
                 crow.append([selector_label(n), fmt(c.get("calls_per_query"), 1), fmt(c.get("prompt_tokens_per_query"), 0),
                              fmt(c.get("output_tokens_per_query"), 0), fmt(c.get("seconds_per_query"), 2),
-                             str(c.get("repairs", DASH)), str(c.get("empty", DASH)), ks or DASH, str(c.get("read", DASH))])
+                             str(c.get("repairs", DASH)), str(c.get("empty", DASH)), str(c.get("fallbacks", DASH)),
+                             ks or DASH, str(c.get("read", DASH))])
             text += "\n\n" + md_table(["LLM selector", "Calls/query", "Prompt tokens/query", "Output tokens/query",
-                                      "s/query", "Repairs", "Empty", "k (count)", "Read"], crow,
-                                     ["l"] + ["r"] * 7 + ["l"])
+                                      "s/query", "Repairs", "Empty", "Fallbacks", "k (count)", "Read"], crow,
+                                     ["l"] + ["r"] * 8 + ["l"])
+            if any(c.get("fallbacks") for c in cost.values()):
+                text += ("\n\nFallbacks: queries where the LLM call failed and the selector fell back to "
+                         "retrieval order (fail-open); their rank-1 is retrieval order's.")
         parts.append(text)
     return "\n\n".join(parts)

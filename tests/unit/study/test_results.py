@@ -108,10 +108,30 @@ def test_table5_renders_llm_rows_and_cost():
                  "utility": {"accuracy": 33.3, "ci": [0.0, 100.0], "n": 3}},
         "cost": {"utility": {"calls_per_query": 7.0, "prompt_tokens_per_query": 2100.0,
                              "output_tokens_per_query": 40.0, "seconds_per_query": 12.5, "repairs": 4,
-                             "empty": 1, "k_distribution": {"0": 1, "2": 3}, "read": "logprobs"}},
+                             "empty": 1, "fallbacks": 2, "k_distribution": {"0": 1, "2": 3}, "read": "logprobs"}},
     }}
     text = format_llm(BenchResults.from_dict(res.to_dict()))
     assert "**NQ** (4 test questions, 3 with a positive candidate)" in text
     assert "| RAG baseline (retrieval order) | **66.70 [0.0, 100.0]** |" in text
     assert text.index("Utility") < text.index("RAG baseline")  # LLM rows first
-    assert "| 7.0 | 2100 | 40 | 12.50 | 4 | 1 | 0: 1, 2: 3 | logprobs |" in text
+    assert "| 7.0 | 2100 | 40 | 12.50 | 4 | 1 | 2 | 0: 1, 2: 3 | logprobs |" in text
+    assert "fell back to retrieval order" in text  # the fallbacks are said, not only counted
+
+
+def test_table4_renders_the_i_dont_know_rows():
+    from chunksel.study.generation_tables import format_answers
+
+    res = _results()
+    iv = {"mean": 0.5, "lo": 0.25, "hi": 0.75}
+    res.answers = {"nq": {
+        "questions": 4, "generator": "g", "max_new_tokens": 32,
+        "conditions": {"anchored": {"em": iv, "f1": iv, "acc": iv, "prefill_tokens": 200.0}},
+        "abstention": {"anchored": {"questions": 4, "answered": 3, "coverage": 0.75, "em": iv,
+                                    "f1": {"mean": 0.6, "lo": 0.3, "hi": 0.9}, "acc": iv,
+                                    "f1_all": {"mean": 0.45, "lo": 0.2, "hi": 0.7}, "abstained_answerable": 0,
+                                    "abstained_unanswerable": 1, "abstained_correct": 0, "prefill_tokens": 150.0,
+                                    "prefill_saved_pct": 25.0}},
+    }}
+    text = format_answers(BenchResults.from_dict(res.to_dict()))
+    assert "pipeline answers \"I don't know\"" in text
+    assert "| 75.0 | 60.0 [30.0, 90.0] | 45.0 [20.0, 70.0] | 50.0 [25.0, 75.0] | 0 / 1 | 0 | 150.0 | 25.0 |" in text

@@ -125,6 +125,13 @@ def format_llm(results: Results) -> str:
             text += "\n\n" + md_table(["LLM selector", "Calls/query", "Prompt tokens/query", "Output tokens/query",
                                       "s/query", "Repairs", "Empty", "Fallbacks", "k (count)", "Read"], crow,
                                      ["l"] + ["r"] * 8 + ["l"])
+            for n in llm_first:
+                e = (rows_in[n] or {}).get("empty_selection")
+                if e and e.get("unanswerable_abstained") is not None and e.get("answerable_kept") is not None:
+                    text += (f"\n\n{selector_label(n)} as an abstainer: it selected nothing on "
+                             f"{100 * e['unanswerable_abstained']:.0f}% of the {e['unanswerable']} questions without a "
+                             f"positive candidate and kept a chunk on {100 * e['answerable_kept']:.0f}% of the "
+                             f"{e['answerable']} with one (compare the abstention section's calibrated selectors).")
             if any(c.get("fallbacks") for c in cost.values()):
                 text += ("\n\nFallbacks: queries where the LLM call failed and the selector fell back to "
                          "retrieval order (fail-open); their rank-1 is retrieval order's.")

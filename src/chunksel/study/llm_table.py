@@ -66,6 +66,8 @@ def llm_table(study: Study) -> dict[str, dict[str, Any]]:
             study.llm_picks.setdefault(name, {})[ds] = dict(zip(idx, [list(c) for c in chosen], strict=True))
             first = [c[0] if c else None for c in chosen]
             rows[name] = row([j is not None and bool(inst.labels()[j] > 0) for j, inst in zip(first, batch)])
+            if hasattr(sel, "select_dynamic"):  # an empty selection is its abstention (#30's baseline)
+                rows[name]["empty_selection"] = empty_selection(chosen, [inst.answerable() for inst in batch])
             runs = [getattr(sel, "runs_", {}).get(inst.id) for inst in batch]
             runs = [r for r in runs if r is not None]
             if runs:
@@ -91,3 +93,13 @@ def llm_table(study: Study) -> dict[str, dict[str, Any]]:
         say(f"table 5: {ds:<9} " + " ".join(f"{n} {rows[n]['accuracy']:.1f}" for n in names)
              + f" ({len(batch)} questions, {time.time() - t0:.0f}s)")
     return out
+
+
+def empty_selection(chosen: list[list[int]], answerable: list[bool]) -> dict[str, Any]:
+    """An LLM selector with dynamic k as an abstainer: how often it selected nothing on
+    the questions without a positive candidate, and kept something on those with one."""
+    una = [len(c) == 0 for c, a in zip(chosen, answerable, strict=True) if not a]
+    ans = [len(c) > 0 for c, a in zip(chosen, answerable, strict=True) if a]
+    return {"unanswerable": len(una), "answerable": len(ans),
+            "unanswerable_abstained": round(float(np.mean(una)), 4) if una else None,
+            "answerable_kept": round(float(np.mean(ans)), 4) if ans else None}

@@ -133,3 +133,11 @@ def test_the_i_dont_know_row_answers_only_where_the_selector_keeps_a_chunk(tmp_p
     everything = answer_table(insts, picks, FakeGenerator(), cache=tmp_path, progress=False,
                               abstain={"sel_a": [True] * 3})["abstention"]["sel_a"]
     assert everything["answered"] == 0 and everything["f1"] is None and everything["prefill_saved_pct"] == 100.0
+
+
+def test_empty_selection_as_an_abstainer():
+    from chunksel.study.llm_table import empty_selection
+
+    got = empty_selection([[], [1], [], [0, 2]], [False, False, True, True])
+    assert got == {"unanswerable": 2, "answerable": 2, "unanswerable_abstained": 0.5, "answerable_kept": 0.5}
+    assert empty_selection([[1]], [True])["unanswerable_abstained"] is None

@@ -105,7 +105,9 @@ def test_table5_renders_llm_rows_and_cost():
     res.llm = {"nq": {
         "questions": 4, "answerable": 3, "question_ids": ["a", "b", "c", "d"],
         "rows": {"retrieval": {"accuracy": 66.7, "ci": [0.0, 100.0], "n": 3},
-                 "utility": {"accuracy": 33.3, "ci": [0.0, 100.0], "n": 3}},
+                 "utility": {"accuracy": 33.3, "ci": [0.0, 100.0], "n": 3,
+                             "empty_selection": {"unanswerable": 1, "answerable": 3, "unanswerable_abstained": 1.0,
+                                                 "answerable_kept": 0.6667}}},
         "cost": {"utility": {"calls_per_query": 7.0, "prompt_tokens_per_query": 2100.0,
                              "output_tokens_per_query": 40.0, "seconds_per_query": 12.5, "repairs": 4,
                              "empty": 1, "fallbacks": 2, "k_distribution": {"0": 1, "2": 3}, "read": "logprobs"}},
@@ -116,6 +118,7 @@ def test_table5_renders_llm_rows_and_cost():
     assert text.index("Utility") < text.index("RAG baseline")  # LLM rows first
     assert "| 7.0 | 2100 | 40 | 12.50 | 4 | 1 | 2 | 0: 1, 2: 3 | logprobs |" in text
     assert "fell back to retrieval order" in text  # the fallbacks are said, not only counted
+    assert "selected nothing on 100% of the 1 questions without a positive candidate and kept a chunk on 67%" in text
 
 
 def test_table4_renders_the_i_dont_know_rows():

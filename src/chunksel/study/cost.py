@@ -78,35 +78,32 @@ def text_path(selector, features, encoder: Any) -> Callable[[Instance], np.ndarr
     return run
 
 
-def _encoder_fits(selector, batch, encoder: Any) -> bool:
-    """Whether ``encoder`` gives the vectors the selector was scored with (their
-    dimension): a selector reads one encoder's space, raw text needs that encoder."""
-    from chunksel.selectors.provenance import selector_inputs
-
-    if not selector_inputs(selector) & ENCODED:
-        return True
+def _encoder_fits(batch, encoder: Any) -> bool:
+    """Whether ``encoder`` gives the vectors the instances carry (their dimension): a
+    selector reads one encoder's space, and raw text needs that encoder."""
     dims = {len(c.embedding) for i in batch for c in i.candidates if c.embedding is not None}
-    try:
-        return dims == {int(encoder.dim)}
-    except (ImportError, OSError, ValueError, KeyError):  # no packaged encoder installed
-        return False
+    return dims == {int(encoder.dim)}
 
 
 def measure_cost(selector, batch, features, n: int, encoder: Any = None) -> dict:
     """Parameters, saved size and both cold batch-1 latencies of the first ``n`` of
     ``batch``, all on one thread. ``encoder`` defaults to the packaged MiniLM; the
-    text-path figures are left out where it does not give the instances' vectors."""
+    text-path figures are left out where the selector needs it and it does not give the
+    instances' vectors (or is not installed)."""
     from chunksel.errors import ChunkselError
     from chunksel.eval.cost import selector_cost
     from chunksel.selectors.letor import memo_off
+    from chunksel.selectors.provenance import selector_inputs
     from chunksel.threads import limit_threads
 
     queries = list(batch[:n])
-    try:
-        encoder = encoder if encoder is not None else default_encoder()
-        fits = _encoder_fits(selector, queries, encoder)
-    except (ChunkselError, ImportError):
-        fits = False
+    fits = True
+    if selector_inputs(selector) & ENCODED:
+        try:
+            encoder = encoder if encoder is not None else default_encoder()
+            fits = _encoder_fits(queries, encoder)
+        except (ChunkselError, ImportError, OSError, ValueError, KeyError):  # no packaged encoder
+            fits = False
     with limit_threads(1), memo_off():
         return selector_cost(
             selector, queries, features, repeats=3, warmup=3,

@@ -1,18 +1,25 @@
-"""Batch-1 latency of the anchored prototype selector: torch and ONNX Runtime, fp32 and int8.
+"""Batch-1 latency of the anchored prototype selector: the cold query path, torch and ONNX
+Runtime, fp32 and int8.
 
 Writes ``benchmarks/results/anchored_latency.json`` and prints a table.
 
-    python benchmarks/anchored_latency.py --dataset triviaqa [--limit 3000] [--calls 300] [--members 1 3]
+    python benchmarks/anchored_latency.py --dataset triviaqa [--limit 3000] [--calls 300] \
+        [--text-calls 50] [--members 1 3]
 
 One thread (torch, ONNX Runtime, BLAS). For each ``--members`` value (default: one
 member and the default three, measured in the same run) the selector is trained with
 its other defaults on the dataset's training split (validation for model selection), with the SmolLM2 features
 from the feature store (they must be extracted: ``chunksel features --dataset ...``).
-Per test instance, at batch 1, cycled over the test split, after warm-up calls:
+Per test instance, at batch 1, cycled over the test split, after warm-up calls, with the
+in-process LETOR memo off (as Table 1's cost stage, :mod:`chunksel.study.cost`):
 
-- ``score``: ``selector.score([instance], features)``: the whole query-side path after
-  the warm-up pass: feature-store lookup, embeddings, LETOR features (BM25 statistics in
-  memory), scaling, the torch scorer;
+- ``score``: the cold whole query path of Table 1's p50/p95
+  (:func:`~chunksel.study.cost.cold_path`): the question and its K chunks with their
+  embeddings and retrieval scores to the scores: feature-store lookup of ``h`` and ``r``,
+  embeddings, every LETOR feature computed (BM25 statistics in memory), the internal
+  LambdaMART, scaling, the torch scorer;
+- ``score-text``: the same from raw text, the question and chunks encoded with the
+  packaged MiniLM first (:func:`~chunksel.study.cost.text_path`; ``--text-calls`` calls);
 - ``letor``: the interaction features alone (the part LambdaMART also pays);
 - ``lambdamart-trees``: with the ``lambdamart`` block, the internal LambdaMART's trees on
   one instance's LETOR rows (the part of the interaction features LambdaMART's own
@@ -22,6 +29,9 @@ Per test instance, at batch 1, cycled over the test split, after warm-up calls:
   ``int8`` is ONNX Runtime's dynamic quantisation (int8 weights per channel).
 Rank-1 over answerable test instances for each numeric variant, and the share of test
 instances where int8 picks the same chunk as fp32.
+
+Results before the cold cost stage (commit 2bdd2ba and earlier) timed ``score`` with the
+memo warm: LETOR features were then read from the memo, not computed.
 """
 
 from __future__ import annotations
@@ -63,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dataset", default="triviaqa")
     ap.add_argument("--limit", type=int, default=3000)
     ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--text-calls", type=int, default=50, help="calls of the raw-text path (it encodes)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--members", type=int, nargs="+", default=[1, 3])
     ap.add_argument("--out", default=str(RESULTS))
@@ -80,21 +91,30 @@ def main(argv: list[str] | None = None) -> int:
     calls = [test[i % len(test)] for i in range(args.calls)]
     out: dict = {
         "benchmark": "anchored_latency", "dataset": args.dataset, "limit": args.limit,
-        "test_instances": len(test), "threads": 1, "torch": torch.__version__,
+        "test_instances": len(test), "threads": 1, "letor_memo": "off", "text_calls": args.text_calls,
+        "torch": torch.__version__,
         "machine": platform.machine(), "runs": {},
     }
     for members in args.members:
         sel = make_selector("anchored", seed=args.seed, members=members, progress=False).fit(train, feats, val)
-        out["runs"][f"members={members}"] = measure(sel, feats, test, calls)
+        out["runs"][f"members={members}"] = measure(sel, feats, test, calls, args.text_calls)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
     return 0
 
 
-def measure(sel, feats, test, calls) -> dict:
+def measure(sel, feats, test, calls, text_calls: int = 50) -> dict:
     """The variants' latencies and rank-1 of one fitted selector (see the module docstring)."""
+    from chunksel.selectors.letor import memo_off
+
+    with memo_off():
+        return _measure(sel, feats, test, calls, text_calls)
+
+
+def _measure(sel, feats, test, calls, text_calls: int) -> dict:
     from chunksel.export.anchored import OnnxAnchored, _module, anchored_graph_bytes
-    from chunksel.selectors.letor import _MEMO, letor_features
+    from chunksel.selectors.letor import letor_features
+    from chunksel.study.cost import cold_path, default_encoder, raw, text_path
     from chunksel.types import label_matrix
 
     res: dict = {
@@ -104,13 +124,10 @@ def measure(sel, feats, test, calls) -> dict:
     }
     v = res["variants"]
     sel.score(test[:1], feats)
-    v["score"] = time_calls(lambda i: sel.score([i], feats), calls)
-
-    def letor_once(i):
-        _MEMO.clear()  # time the computation, not the in-process memo
-        letor_features([i], sel.corpus, sel.k1, sel.b)
-
-    v["letor"] = time_calls(letor_once, calls)
+    v["score"] = time_calls(cold_path(sel, feats), calls)
+    v["score-text"] = time_calls(text_path(sel, feats, default_encoder()), [raw(i) for i in calls[:text_calls]],
+                                 warmup=3)
+    v["letor"] = time_calls(lambda i: letor_features([i], sel.corpus, sel.k1, sel.b), calls)
     if getattr(sel, "ltr_", None) is not None:
         rows = [sel._letor([i])[0][: len(i.candidates)] for i in calls]
         v["lambdamart-trees"] = time_calls(sel.ltr_.predict, rows)
@@ -142,9 +159,9 @@ def measure(sel, feats, test, calls) -> dict:
     res["rank1_answerable_torch"] = float(labels[np.arange(len(test)), np.argmax(torch_scores, axis=1)][answerable].mean())
     res["int8_same_pick"] = float((picks["int8"] == picks["fp32"]).mean())
     print(f"members={sel.members}: {res['n_parameters']} parameters")
-    print(f"{'variant':<12} {'p50 ms':>8} {'p95 ms':>8}")
+    print(f"{'variant':<16} {'p50 ms':>8} {'p95 ms':>8}")
     for name, r in v.items():
-        print(f"{name:<12} {r['p50_ms']:8.3f} {r['p95_ms']:8.3f}")
+        print(f"{name:<16} {r['p50_ms']:8.3f} {r['p95_ms']:8.3f}")
     print(f"rank-1 (answerable) torch {res['rank1_answerable_torch']:.4f} ort-fp32 {v['ort-fp32']['rank1_answerable']:.4f} "
           f"ort-int8 {v['ort-int8']['rank1_answerable']:.4f}; int8 same pick {res['int8_same_pick']:.4f}")
     return res

@@ -7,6 +7,9 @@
   (:func:`dir_size_bytes`).
 - ``p50_ms`` / ``p95_ms``: per-query latency at batch 1 on one thread
   (:func:`measure_latency`), median and 95th percentile over every timed call.
+- ``text_p50_ms`` / ``text_p95_ms`` (optional): the same for a second query path, the
+  one from raw text (the study's cost stage, :mod:`chunksel.study.cost`, says which
+  paths both time).
 - ``query_cost``: the query-side feature cost — ``"none"``, ``"bm25"`` (corpus term
   statistics) or ``"warmup"`` (the generator's question-only pass, which generation
   needs anyway).
@@ -50,6 +53,8 @@ class Cost:
     p50_ms: float
     p95_ms: float
     query_cost: str = "none"
+    text_p50_ms: float | None = None
+    text_p95_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.query_cost not in QUERY_COSTS:
@@ -58,7 +63,8 @@ class Cost:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The figures; the text-path ones only when measured."""
+        return {k: v for k, v in asdict(self).items() if v is not None or not k.startswith("text_")}
 
 
 def measure_latency(
@@ -154,12 +160,19 @@ def selector_cost(
     warmup: int = 3,
     save_dir: str | os.PathLike | None = None,
     threads: int | None = 1,
+    text_path: Callable[[Any], Any] | None = None,
+    text_inputs: Iterable[Any] | None = None,
+    text_repeats: int = 1,
 ) -> Cost:
     """Measure a fitted selector: parameters, saved size and batch-1 scoring latency.
 
     Saves the selector into ``save_dir`` (a temporary directory by default) to size it,
     and times ``selector.score([inst], features)`` for each instance, within
-    :func:`limit_threads` (``threads``; ``None`` leaves the thread pools alone).
+    :func:`limit_threads` (``threads``; ``None`` leaves the thread pools alone). With
+    ``text_path``, also times ``text_path(x)`` for each ``x`` in ``text_inputs``
+    (``text_repeats`` passes after ``warmup`` calls) into ``text_p50_ms`` /
+    ``text_p95_ms``. What a call computes afresh and what it may reuse is the caller's:
+    the study's cost stage runs it with every in-process memo off.
     """
     batch = [[inst] for inst in instances]
     if not batch:
@@ -171,12 +184,17 @@ def selector_cost(
     else:
         selector.save(save_dir)
         size = dir_size_bytes(save_dir)
+    text = None
     with limit_threads(threads) if threads is not None else ExitStack():
         lat = measure_latency(lambda b: selector.score(b, features), batch, repeats, warmup)
+        if text_path is not None:
+            text = measure_latency(text_path, list(text_inputs or []), text_repeats, warmup)
     return Cost(
         params=trainable_parameters(selector),
         size_bytes=size,
         p50_ms=lat.p50_ms,
         p95_ms=lat.p95_ms,
         query_cost=getattr(selector, "query_cost", "none"),
+        text_p50_ms=text.p50_ms if text else None,
+        text_p95_ms=text.p95_ms if text else None,
     )

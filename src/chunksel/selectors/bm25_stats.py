@@ -2,15 +2,23 @@
 tokenisation, per-corpus statistics cached on disk, the bundle a saved selector carries,
 and the corpus of an instance. No selector class here (so the base class and its
 provenance can use it without an import cycle); :mod:`.bm25` holds the BM25 selector.
+
+Query-time scoring is vectorised over the K candidates (:func:`bm25_rows`,
+:meth:`BM25Stats.score_docs`): the same tokens as bm25s's tokenizer (:func:`words`,
+:func:`terms`) and the same floating-point operations, in the same order, as the scalar
+:meth:`BM25Stats.score_tokens`, so the scores are bit for bit the same.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -37,12 +45,39 @@ _PATH_CHECKSUM: dict[tuple[str, float, int], str] = {}
 _REGISTERED: dict[str, BM25Stats] = {}
 
 
+#: bm25s's default token pattern, ``(?u)\b\w\w+\b`` (scikit-learn's), without its word
+#: boundaries: a greedy run of word characters ends where ``\b`` would, so ``findall``
+#: gives the same words, a quarter faster
+_WORD = re.compile(r"\w\w+")
+
+
 def tokenize(texts: Sequence[str]) -> list[list[str]]:
     """bm25s default tokens (lowercase, regex words, English stopwords out, no stemming)."""
     bm25s = require("bm25s", "ltr")
     if not texts:
         return []
     return bm25s.tokenize(list(texts), return_ids=False, show_progress=False)
+
+
+def words(text: str) -> list[str]:
+    """Lowercase regex words of ``text``, stopwords kept (bm25s's pattern)."""
+    return _WORD.findall(text.lower())
+
+
+@functools.cache
+def stopwords() -> frozenset[str]:
+    """bm25s's English stopword list."""
+    require("bm25s", "ltr")
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return frozenset(STOPWORDS_EN)
+
+
+def terms(tokens: Sequence[str]) -> list[str]:
+    """``tokens`` without bm25s's English stopwords: ``terms(words(t))`` is
+    ``tokenize([t])[0]`` without the per-call set-up of bm25s's tokenizer."""
+    stop = stopwords()
+    return [w for w in tokens if w not in stop]
 
 
 def passage_text(title: str, text: str) -> str:
@@ -65,6 +100,45 @@ class BM25Stats:
         index, stats = _build_index(texts, progress)
         del index
         return stats
+
+    @functools.cached_property
+    def _idf_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """Lucene and smoothed idf by vocabulary id, one slot past the end for a term
+        outside the vocabulary (id -1). Each value is ``math.log`` of the scalar formula,
+        computed once per distinct document frequency (numpy's ``log`` may differ from it
+        in the last bit)."""
+        size = max(len(self.df), max(self.vocab.values(), default=-1) + 1) + 1
+        df = np.zeros(size, dtype=np.int64)
+        df[: len(self.df)] = self.df
+        known = np.zeros(size, dtype=bool)
+        known[: len(self.df)] = True
+        uniq, inv = np.unique(df, return_inverse=True)
+        n = self.n_docs
+        lucene = np.array([math.log(1.0 + (n - float(d) + 0.5) / (float(d) + 0.5)) for d in uniq])[inv]
+        smooth = np.array([math.log((n + 1.0) / (float(d) + 1.0)) + 1.0 for d in uniq])[inv]
+        lucene[~known] = 0.0
+        smooth[~known] = math.log((n + 1.0) / 1.0) + 1.0
+        return lucene, smooth
+
+    def term_ids(self, tokens: Sequence[str]) -> np.ndarray:
+        """Vocabulary ids of ``tokens`` (-1 outside the vocabulary), to index :meth:`idf_of`."""
+        return np.fromiter(map(self.vocab.get, tokens, repeat(-1)), dtype=np.int64, count=len(tokens))
+
+    def idf_of(self, ids: np.ndarray, smooth: bool = False) -> np.ndarray:
+        """Per id of :meth:`term_ids`: the Lucene idf (:meth:`idf`), or with ``smooth`` the
+        TF-IDF idf ``ln((N + 1) / (df + 1)) + 1`` (scikit-learn's smooth idf); both the
+        scalar formulas' exact values."""
+        return self._idf_tables[1 if smooth else 0][ids]
+
+    def score_docs(self, query: Sequence[str], docs: Sequence[Sequence[str]], k1: float = 1.5,
+                   b: float = 0.75) -> np.ndarray:
+        """(len(docs),) :meth:`score_tokens` of each document, vectorised over them."""
+        uq = list(dict.fromkeys(query))
+        counts = [Counter(d) for d in docs]
+        tf = np.array([[c.get(t, 0) for t in uq] for c in counts], dtype=np.float64).reshape(len(docs), len(uq))
+        pos = [uq.index(t) for t in query]
+        dl = np.array([len(d) for d in docs], dtype=np.float64)
+        return bm25_rows(self.idf_of(self.term_ids(uq))[pos], tf[:, pos], dl, self.avgdl, k1, b)
 
     def idf(self, term: str) -> float:
         """Lucene IDF ``ln(1 + (N - df + 0.5) / (df + 0.5))``; 0 for terms not in the corpus."""
@@ -100,9 +174,24 @@ class BM25Stats:
         k = max((len(d) for d in docs), default=0)
         out = np.zeros((len(queries), k))
         for i, (q, ds) in enumerate(zip(queries, docs, strict=True)):
-            for j, d in enumerate(ds):
-                out[i, j] = self.score_tokens(q, d, k1, b)
+            out[i, : len(ds)] = self.score_docs(q, ds, k1, b)
         return out
+
+
+def bm25_rows(idf: np.ndarray, tf: np.ndarray, dl: np.ndarray, avgdl: float, k1: float,
+              b: float) -> np.ndarray:
+    """BM25 (Lucene) of n documents from each query position's idf ``(L,)``, its term
+    frequency in each document ``(n, L)`` and the documents' lengths ``(n,)``.
+
+    The terms are added in query order (``cumsum`` is sequential), each as
+    ``idf * tf / (tf + norm)``: the operations of :meth:`BM25Stats.score_tokens`, so
+    the result is bit for bit the same."""
+    n = len(dl)
+    if tf.shape[1] == 0:
+        return np.zeros(n)
+    norm = k1 * (1.0 - b + b * dl / avgdl) if avgdl > 0 else np.full(n, k1, dtype=np.float64)
+    part = np.divide(idf * tf, tf + norm[:, None], out=np.zeros(tf.shape), where=tf > 0)
+    return np.cumsum(part, axis=1)[:, -1]
 
 
 def _build_index(texts: Sequence[str], progress: bool):
@@ -302,9 +391,8 @@ def bm25_matrix(
         groups.setdefault(resolve_corpus(corpus, inst), []).append(i)
     for name, rows in groups.items():
         stats = corpus_stats(name, progress=progress)
-        queries = tokenize([batch[i].question.text for i in rows])
-        for i, q in zip(rows, queries, strict=True):
-            docs = tokenize([passage_text(c.title, c.text) for c in batch[i].candidates])
-            for j, d in enumerate(docs):
-                out[i, j] = stats.score_tokens(q, d, k1, b)
+        for i in rows:
+            cands = batch[i].candidates
+            docs = [terms(words(passage_text(c.title, c.text))) for c in cands]
+            out[i, : len(cands)] = stats.score_docs(terms(words(batch[i].question.text)), docs, k1, b)
     return out

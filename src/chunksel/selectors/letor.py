@@ -26,25 +26,37 @@ feature sets (Qin et al. 2010):
 
 "Terms" are bm25s tokens (lowercase, English stopwords removed, no stemming); "word
 tokens" are the same regex words with stopwords kept.
+
+:func:`instance_features` is vectorised over the K candidates (numpy over one term
+matrix per instance; BM25 by :func:`~.bm25_stats.bm25_rows`), so a query pays for its
+features without the memo. Its values are bit for bit those of the scalar definitions
+above: the same floating-point operations in the same order, ``math.log`` and ``**``
+where numpy's own ``log`` and ``square`` can differ in the last bit, and exact sums
+(``math.fsum``) wherever the terms form a set (a plain sum in set order would differ
+between processes in its last bits, enough to move a tree's split).
+``tests/unit/selectors/test_letor_vectorised.py`` holds them to the scalar version.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
+from itertools import chain, compress, repeat
 
 import numpy as np
 
 from chunksel.config import show_progress
 from chunksel.selectors.bm25_stats import (
     BM25Stats,
+    bm25_rows,
     corpus_stats,
     passage_text,
     resolve_corpus,
-    tokenize,
+    stopwords,
+    words,
 )
 from chunksel.types import Instance
 
@@ -62,67 +74,87 @@ FEATURE_NAMES = (
     "log_passage_len",
     "log_question_len",
 )
-_WORD = re.compile(r"(?u)\b\w\w+\b")
 
 
-def _words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
+def _fsum_rows(x: np.ndarray) -> np.ndarray:
+    """Exact (``math.fsum``) sum of each row."""
+    return np.array([math.fsum(r) for r in x.tolist()], dtype=np.float64).reshape(len(x))
 
 
-def _bigrams(words: Sequence[str]) -> set[tuple[str, str]]:
-    return set(zip(words, words[1:], strict=False))
-
-
-def _smooth_idf(stats: BM25Stats, term: str) -> float:
-    j = stats.vocab.get(term)
-    df = float(stats.df[j]) if j is not None and j < len(stats.df) else 0.0
-    return math.log((stats.n_docs + 1.0) / (df + 1.0)) + 1.0
-
-
-def _tfidf_cosine(stats: BM25Stats, q: Counter, d: Counter, idf: dict[str, float]) -> float:
-    for t in d:
-        if t not in idf:
-            idf[t] = _smooth_idf(stats, t)
-    dot = math.fsum(q[t] * idf[t] * d[t] * idf[t] for t in q if t in d)
-    if dot == 0.0:
-        return 0.0
-    nq = math.sqrt(math.fsum((v * idf[t]) ** 2 for t, v in q.items()))
-    nd = math.sqrt(math.fsum((v * idf[t]) ** 2 for t, v in d.items()))
-    return dot / (nq * nd)
+def _squares(x: np.ndarray) -> list[float]:
+    """``v ** 2`` of each value as Python computes it (libm ``pow``; numpy's ``x * x``
+    differs from it in the last bit for about one value in a thousand)."""
+    return list(map(pow, x.tolist(), repeat(2)))
 
 
 def instance_features(inst: Instance, stats: BM25Stats, k1: float = 1.5, b: float = 0.75) -> np.ndarray:
     """(n_candidates, 12) LETOR features of one instance (see the module table)."""
-    n = len(inst.candidates)
+    cands = inst.candidates
+    n = len(cands)
     out = np.zeros((n, len(FEATURE_NAMES)))
-    q_terms = tokenize([inst.question.text])[0]
-    q_count = Counter(q_terms)
-    q_set = set(q_terms)
-    q_words = _words(inst.question.text)
-    q_bi = _bigrams(q_words)
-    idf: dict[str, float] = {t: _smooth_idf(stats, t) for t in q_set}
-    # math.fsum: sets iterate in a per-process hash order, and a plain float sum would
-    # then differ in its last bits from run to run (enough to move a tree's split)
-    q_idf_total = math.fsum(idf[t] for t in q_set)
-    docs = tokenize([passage_text(c.title, c.text) for c in inst.candidates])
-    titles = tokenize([c.title for c in inst.candidates])
-    for j, (cand, d_terms, t_terms) in enumerate(zip(inst.candidates, docs, titles, strict=True)):
-        d_set = set(d_terms)
-        d_words = _words(passage_text(cand.title, cand.text))
-        covered = q_set & d_set
-        out[j, 0] = 0.0 if math.isnan(cand.score) else cand.score
-        out[j, 2] = 1.0 / (j + 1.0)
-        out[j, 3] = stats.score_tokens(q_terms, d_terms, k1, b)
-        out[j, 5] = _tfidf_cosine(stats, q_count, Counter(d_terms), idf)
-        out[j, 6] = len(covered) / len(q_set) if q_set else 0.0
-        out[j, 7] = math.fsum(idf[t] for t in covered) / q_idf_total if q_idf_total > 0 else 0.0
-        out[j, 8] = len(q_bi & _bigrams(d_words)) / len(q_bi) if q_bi else 0.0
-        out[j, 9] = len(q_set & set(t_terms)) / len(q_set) if q_set else 0.0
-        out[j, 10] = math.log1p(len(d_words))
-        out[j, 11] = math.log1p(len(q_words))
-    if n:
-        out[:, 1] = out[:, 0] - out[:, 0].max()
-        out[:, 4] = out[:, 3] - out[:, 3].max()
+    if not n:
+        return out
+    q_words = words(inst.question.text)
+    d_words = [words(passage_text(c.title, c.text)) for c in cands]
+    # the instance's words, the question's first: every word is an id, every passage a row
+    keys = list(dict.fromkeys(chain(q_words, *d_words)))
+    v = len(keys)
+    local = dict(zip(keys, range(v)))
+    is_term = ~np.fromiter(map(stopwords().__contains__, keys), dtype=bool, count=v)
+    qid = np.array(list(map(local.__getitem__, q_words)), dtype=np.int64)
+    did = np.array(list(map(local.__getitem__, chain.from_iterable(d_words))), dtype=np.int64)
+    doc = np.repeat(np.arange(n), [len(w) for w in d_words])
+    term = is_term[did]
+    tf = np.bincount(doc[term] * v + did[term], minlength=n * v).reshape(n, v).astype(np.float64)
+    gid = np.full(v, -1, dtype=np.int64)
+    gid[is_term] = stats.term_ids(list(compress(keys, is_term.tolist())))
+    w = np.where(is_term, stats.idf_of(gid, smooth=True), 0.0)
+
+    scores = np.array([c.score for c in cands], dtype=np.float64)
+    out[:, 0] = np.where(np.isnan(scores), 0.0, scores)
+    out[:, 2] = 1.0 / (np.arange(n) + 1.0)
+    q_pos = qid[is_term[qid]]  # the question's terms in order, repeats kept (BM25 adds each)
+    dl = np.bincount(doc[term], minlength=n).astype(np.float64)
+    out[:, 3] = bm25_rows(stats.idf_of(gid[q_pos]), tf[:, q_pos], dl, stats.avgdl, k1, b)
+    # TF-IDF cosine and the coverages over the distinct question terms; exact sums
+    uq = np.unique(q_pos)
+    qc = np.bincount(q_pos, minlength=v)[uq].astype(np.float64)
+    wq, tfq = w[uq], tf[:, uq]
+    dot = _fsum_rows(qc * wq * tfq * wq)
+    if dot.any():
+        rows, cols = np.nonzero(tf)  # row-major: each passage's terms together
+        sq = _squares(tf[rows, cols] * w[cols])
+        ends = np.cumsum(np.bincount(rows, minlength=n)).tolist()
+        d_norm = np.array([math.sqrt(math.fsum(sq[s:e])) for s, e in zip([0, *ends[:-1]], ends, strict=True)])
+        q_norm = math.sqrt(math.fsum(_squares(qc * wq)))
+        nz = dot != 0.0
+        out[nz, 5] = dot[nz] / (q_norm * d_norm[nz])
+    if len(uq):
+        present = tfq > 0
+        out[:, 6] = present.sum(axis=1) / len(uq)
+        q_idf_total = math.fsum(wq.tolist())
+        if q_idf_total > 0:
+            out[:, 7] = _fsum_rows(np.where(present, wq, 0.0)) / q_idf_total
+        q_set = {keys[i] for i in uq.tolist()}
+        out[:, 9] = [len(q_set.intersection(words(c.title))) / len(uq) for c in cands]
+    # word bigrams (stopwords kept): pairs of the question's m distinct words (ids below m),
+    # marked per passage in an (n, m * m) table; a pair must lie within one passage
+    m = int(qid.max()) + 1 if len(qid) else 0
+    q_bi = np.zeros(m * m, dtype=bool)
+    q_bi[qid[:-1] * m + qid[1:]] = True
+    n_bi = int(q_bi.sum())
+    if n_bi and len(did) > 1:
+        a, z = did[:-1], did[1:]
+        pair = (a < m) & (z < m) & (doc[:-1] == doc[1:])
+        code = a[pair] * m + z[pair]
+        hit = q_bi[code]
+        seen = np.zeros((n, m * m), dtype=bool)
+        seen[doc[:-1][pair][hit], code[hit]] = True
+        out[:, 8] = seen.sum(axis=1) / n_bi
+    out[:, 10] = [math.log1p(len(x)) for x in d_words]
+    out[:, 11] = math.log1p(len(q_words))
+    out[:, 1] = out[:, 0] - out[:, 0].max()
+    out[:, 4] = out[:, 3] - out[:, 3].max()
     return out
 
 
@@ -134,6 +166,20 @@ _MEMO_LIMIT = 200_000
 #: sets it, since a request's chunks are rarely scored twice and the memo would keep
 #: every request's texts
 MEMO_ENABLED: ContextVar[bool] = ContextVar("chunksel_letor_memo", default=True)
+#: what :func:`letor_features` did per instance: ``"hits"`` answered from the memo,
+#: ``"computed"`` computed (the cost stage's test counts them; nothing times them)
+MEMO_COUNTS: Counter[str] = Counter()
+
+
+@contextmanager
+def memo_off():
+    """Neither read nor fill the memo inside the block (this context only): every
+    instance's features are computed, as a query that was never seen pays for them."""
+    token = MEMO_ENABLED.set(False)
+    try:
+        yield
+    finally:
+        MEMO_ENABLED.reset(token)
 
 
 def _memo_key(inst: Instance, corpus: str, k1: float, b: float) -> tuple:
@@ -166,10 +212,13 @@ def letor_features(
         got = _MEMO.get(key) if use_memo else None
         if got is None:
             got = instance_features(inst, corpus_stats(name, progress=progress), k1, b)
+            MEMO_COUNTS["computed"] += 1
             if use_memo:
                 if len(_MEMO) >= _MEMO_LIMIT:
                     _MEMO.clear()
                 _MEMO[key] = got
+        else:
+            MEMO_COUNTS["hits"] += 1
         n = len(inst.candidates)
         feats[i, :n] = got
         mask[i, :n] = True

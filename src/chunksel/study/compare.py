@@ -29,8 +29,9 @@ from typing import Any
 SKIP_SECTIONS = frozenset({"config", "git_commit", "timings_s", "reused_results", "results_version"})
 #: keys not compared wherever they occur: measured on the machine, not reproducible
 SKIP_KEYS = frozenset({
-    "p50_ms", "p95_ms", "ttft_ms", "ttft_ms_p50", "ttft_ms_noreuse", "ttft_ms_reuse", "saving_ms",
-    "saving_pct", "peak_rss_mb", "seconds_per_query", "seconds", "cache", "memory",
+    "p50_ms", "p95_ms", "text_p50_ms", "text_p95_ms", "ttft_ms", "ttft_ms_p50", "ttft_ms_noreuse",
+    "ttft_ms_reuse", "saving_ms", "saving_pct", "peak_rss_mb", "seconds_per_query", "seconds", "cache",
+    "memory",
 })
 
 

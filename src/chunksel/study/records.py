@@ -155,8 +155,10 @@ class Table1Row:
     p50_ms: float | None = None
     p95_ms: float | None = None
     query_cost: str | None = None
+    text_p50_ms: float | None = None
+    text_p95_ms: float | None = None
 
-    COST_KEYS = ("params", "size_bytes", "p50_ms", "p95_ms", "query_cost")
+    COST_KEYS = ("params", "size_bytes", "p50_ms", "p95_ms", "query_cost", "text_p50_ms", "text_p95_ms")
 
     def set_cost(self, cost: Mapping[str, Any]) -> None:
         for k in self.COST_KEYS:

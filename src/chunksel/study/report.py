@@ -56,6 +56,19 @@ def _seed_note(res: BenchResults, key: str) -> str:
     return "seeds " + ", ".join(str(s) for s in seeds) if seeds else "one seed"
 
 
+def _latency_note(res: BenchResults) -> str:
+    """What Table 1's latencies time: results with the text-path column come from the
+    cold cost stage (:mod:`chunksel.study.cost`); earlier ones say only what they said."""
+    if not any(row.text_p50_ms is not None for row in res.table1.values()):
+        return "latency: per query at batch 1, one thread."
+    return ("latency: per query at batch 1, one thread, cold (every feature computed, no "
+            "memo): p50/p95 from the question and its K chunks with their embeddings and "
+            "retrieval scores, as a retriever hands them over, to the scores; Text p50 from "
+            "raw text, the question and chunks encoded too (packaged MiniLM, no embedding "
+            "cache) where the selector reads embeddings or retrieval scores. The generator's "
+            "h and r (query cost warmup) are read from the feature store.")
+
+
 def render_markdown(results: Results, plots: Mapping[str, str] | None = None) -> str:
     """The report text; ``plots`` maps plot kinds (see PLOT_FILES) to relative paths."""
     res = as_results(results)
@@ -70,8 +83,7 @@ def render_markdown(results: Results, plots: Mapping[str, str] | None = None) ->
             format_table1(res),
             "Accuracy over answerable test instances (at least one positive among the K "
             "candidates); trained selectors: mean ± std over seeds. Params: trainable "
-            "parameters the selector adds; latency: per query at batch 1, one thread. "
-            "Best per column in bold.",
+            f"parameters the selector adds; {_latency_note(res)} Best per column in bold.",
             ["latency", "bars"],
         ),
         (

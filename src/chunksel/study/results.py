@@ -19,6 +19,7 @@ same layout without Table 4, and is read as such)::
       "strongest_baseline_by": str, "strongest_per_dataset": {<dataset>: <selector>},
       "instance_stats": {<dataset>: {...}},
       "table1": {<selector>: {"params", "size_bytes", "p50_ms", "p95_ms", "query_cost",
+                              "text_p50_ms"?, "text_p95_ms"?,   # cold, from raw text
                               "per_dataset": {<dataset>: cell}}},
       "table2": {<variant>: {<dataset>: cell}},
       "table3": {<budget %>: {"dims": int, "per_dataset": {<dataset>: cell}}},

@@ -54,6 +54,8 @@ class Study:
         self.part_of = part_of
         #: where Table 1 measures the cost columns: the (whole) study's first dataset
         self.cost_dataset = self.part_of or self.datasets[0]
+        #: the encoder of the cost stage's raw-text path (None: the packaged MiniLM)
+        self.encoder: Any = None
 
     # ---------------------------------------------------------------- one fit
     def fit_eval(self, name: str, s: int, ds: str, stage: str = "table1", want_cost: bool = False,
@@ -68,7 +70,8 @@ class Study:
             sel.fit(sp["train"], self.features, sp["val"])
             metrics, h, ans, picks = evaluate_selector(sel, sp["test"], self.features, picks=True)
             val = evaluate_selector(sel, sp["val"], self.features)[0]["accuracy"] if sp["val"] else None
-            cost = measure_cost(sel, sp["test"], self.features, self.prof.latency_queries) if want_cost else None
+            cost = (measure_cost(sel, sp["test"], self.features, self.prof.latency_queries, self.encoder)
+                    if want_cost else None)
             if stage == "table1":  # the calibrated probabilities on every test set (study.abstention)
                 from chunksel.study.abstention import abstention_of
 

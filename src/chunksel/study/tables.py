@@ -43,7 +43,10 @@ def format_table1(results: Results) -> str:
     if not t1:
         return ""
     datasets = res.datasets
-    header = ["Method", "Params", "Size", "p50 ms", "p95 ms", "Query cost"]
+    # results measured since the cold cost stage also time the path from raw text
+    has_text = any(row.text_p50_ms is not None for row in t1.values())
+    header = ["Method", "Params", "Size", "p50 ms", "p95 ms"] + (["Text p50 ms"] if has_text else []) + ["Query cost"]
+    lead = len(header)
     header += [dataset_label(d) for d in datasets] + ["Avg."]
     rows: list[list[str]] = []
     vals: list[list[float | None]] = []
@@ -64,13 +67,13 @@ def format_table1(results: Results) -> str:
         row_vals.append(avg if complete else None)
         rows.append([
             selector_label(name), fmt_params(row.params), fmt_bytes(row.size_bytes),
-            fmt(row.p50_ms, 3), fmt(row.p95_ms, 3), str(row.query_cost or DASH),
-        ] + cells)
+            fmt(row.p50_ms, 3), fmt(row.p95_ms, 3),
+        ] + ([fmt(row.text_p50_ms, 3)] if has_text else []) + [str(row.query_cost or DASH)] + cells)
         vals.append(row_vals)
-    acc_cells = [r[6:] for r in rows]
+    acc_cells = [r[lead:] for r in rows]
     bold_best(acc_cells, vals, [name in REFERENCE_SELECTORS for name in t1])
-    rows = [r[:6] + a for r, a in zip(rows, acc_cells, strict=True)]
-    text = md_table(header, rows, ["l", "r", "r", "r", "r", "l"] + ["r"] * (len(datasets) + 1))
+    rows = [r[:lead] + a for r, a in zip(rows, acc_cells, strict=True)]
+    text = md_table(header, rows, ["l"] + ["r"] * (lead - 2) + ["l"] + ["r"] * (len(datasets) + 1))
     if any_partial:
         text += "\n\n† averaged over the datasets this selector was evaluated on."
     counts = []

@@ -83,6 +83,19 @@ def test_selector_cost_on_retrieval_baseline(toy_instances, tmp_path):
     assert cost.query_cost == "none"
     assert cost.size_bytes == dir_size_bytes(tmp_path / "sel") > 0
     assert 0.0 <= cost.p50_ms <= cost.p95_ms
+    assert cost.text_p50_ms is None and "text_p50_ms" not in cost.to_dict()
+
+
+def test_selector_cost_times_a_second_path(toy_instances, tmp_path):
+    from chunksel.selectors.simple import RetrievalSelector
+
+    calls = []
+    cost = selector_cost(RetrievalSelector(), toy_instances[:3], repeats=2, warmup=1,
+                         text_path=calls.append, text_inputs=["a", "b"], text_repeats=3)
+    assert calls == ["a"] + ["a", "b"] * 3  # warm-up, then its own passes
+    assert 0.0 <= cost.text_p50_ms <= cost.text_p95_ms
+    assert list(cost.to_dict()) == ["params", "size_bytes", "p50_ms", "p95_ms", "query_cost",
+                                    "text_p50_ms", "text_p95_ms"]
 
 
 def test_limit_threads_sets_and_restores_torch_threads():

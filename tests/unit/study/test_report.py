@@ -117,6 +117,19 @@ def test_table1_numbers_and_averages():
     assert "† averaged over the datasets" in text
 
 
+def test_table1_text_column_and_cold_note_when_the_results_have_them():
+    res = _results()
+    assert "Text p50 ms" not in format_table1(res) and "cold" not in render_markdown(res)
+    res["table1"]["prototype"].update(text_p50_ms=21.5, text_p95_ms=30.0)
+    text = format_table1(res)
+    assert text.splitlines()[0].startswith("| Method | Params | Size | p50 ms | p95 ms | Text p50 ms | Query cost |")
+    proto = _row(text, "Prototype (paper)")
+    assert proto[3:7] == ["0.800", "1.300", "21.500", "warmup"] and proto[7] == "**50.00 ± 1.00**"
+    assert _row(text, "RAG baseline (retrieval order)")[5] == "–"  # a row without the figure
+    assert "| :--- | ---: | ---: | ---: | ---: | ---: | :--- |" in text
+    assert "one thread, cold (every feature computed, no memo)" in render_markdown(res)
+
+
 def test_tables_2_3_and_significance():
     r = _results()
     t2 = format_table2(r)

@@ -26,7 +26,7 @@ def _results() -> BenchResults:
         datasets=["nq", "popqa"],
         table1={
             "retrieval": Table1Row(per_dataset={"nq": Cell.of([60.0], n=50), "popqa": Cell.of([70.0], n=40)},
-                                   params=0, p50_ms=0.01, query_cost="none"),
+                                   params=0, p50_ms=0.01, query_cost="none", text_p50_ms=0.01, text_p95_ms=0.02),
             "anchored": Table1Row(per_dataset={"nq": Cell.of([64.0, 66.0, 65.0], n=50, val_seeds=[61.0, 62.0, 63.0])}),
         },
         significance={"nq": [Comparison("anchored", "retrieval", 5.0, 1.0, 9.0, 0.01, 50, acc_a=65.0, acc_b=60.0)]},
@@ -56,6 +56,7 @@ def test_round_trip_is_exact(tmp_path):
     assert back.table1["anchored"].per_dataset["nq"].val_seeds == [61.0, 62.0, 63.0]
     assert back.significance["nq"][0].acc_b == 60.0
     assert back.learning_curve["nq"].per_selector["anchored"]["30"] == 64.0
+    assert data["table1"]["retrieval"]["text_p95_ms"] == 0.02 and "text_p50_ms" not in data["table1"]["anchored"]
 
 
 def test_version_1_file_is_read():

@@ -34,7 +34,7 @@ import numpy as np
 from chunksel.errors import ConfigError, DataError
 from chunksel.threads import limit_threads
 
-QUERY_COSTS: tuple[str, ...] = ("none", "bm25", "warmup", "warmup+bm25", "llm")
+QUERY_COSTS: tuple[str, ...] = ("none", "bm25", "warmup", "warmup+bm25", "crossencoder", "llm")
 
 
 class Latency(NamedTuple):

@@ -50,6 +50,14 @@ def test_cost_validates_query_cost():
         Cost(params=0, size_bytes=0, p50_ms=0.0, p95_ms=0.0, query_cost="gpu")
 
 
+def test_every_registered_selector_declares_a_known_query_cost():
+    from chunksel.eval.cost import QUERY_COSTS
+    from chunksel.selectors import REGISTRY, get_selector_class
+
+    assert {n: get_selector_class(n).query_cost for n in REGISTRY
+            if get_selector_class(n).query_cost not in QUERY_COSTS} == {}
+
+
 def test_trainable_parameters_torch_and_selectors():
     torch = pytest.importorskip("torch")
     lin = torch.nn.Linear(3, 2)  # 3*2 + 2

@@ -7,9 +7,10 @@ Same interface as :class:`~chunksel.retrieval.encoder.Encoder` (``encode``,
 because the embeddings are that model's (each graph is checked at export to stay within
 cosine 0.99 of sentence-transformers per text), so a selector trained on MiniLM
 embeddings accepts it. ``cache_id`` tells the engines apart for the chunk-embedding cache.
-Texts are encoded in batches of near-equal length (:func:`length_batches`: a short question
-is never padded to a long chunk's length, which halves the time of a question and five
-100-word chunks on one thread). The graph is exported on
+fp32 texts are encoded in batches of near-equal length (:func:`length_batches`: a short
+question is never padded to a long chunk's length, which halves the time of a question and
+five 100-word chunks on one thread); int8 texts one at a time, so that a text's vector does
+not depend on the texts encoded with it (dynamic quantisation reads the batch's range). The graph is exported on
 first use when absent (that needs torch and transformers once).
 """
 
@@ -53,7 +54,7 @@ class OnnxEncoder:
         model: a local sentence-transformers directory (default: the packaged MiniLM).
         quantize: ``"int8"`` (dynamic quantisation, the fast one) or ``"fp32"``.
         threads: ONNX Runtime intra-op threads (default 1: one per server worker).
-        batch_size: texts per graph call.
+        batch_size: texts per graph call (fp32; int8 encodes each text alone).
         max_seq_length: tokens kept per text.
         path: an export folder (default: the cache's, exported on first use).
     """
@@ -141,7 +142,11 @@ class OnnxEncoder:
         enc = self._tok.encode_batch(texts)
         rows = [e.ids[: sum(e.attention_mask)] for e in enc]
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for idx in length_batches([len(r) for r in rows], batch_size or self.batch_size):
+        # int8: each text alone. Dynamic quantisation takes the activations' range from the
+        # whole batch, so a batched text's vector would depend on its neighbours; alone it is
+        # the same in any call (what the chunk-embedding cache assumes) and closer to fp32.
+        bs = 1 if self.quantize == "int8" else (batch_size or self.batch_size)
+        for idx in length_batches([len(r) for r in rows], bs):
             width = len(rows[idx[0]])
             ids = np.full((len(idx), width), self._pad_id, dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)

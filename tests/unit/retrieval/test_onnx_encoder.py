@@ -131,3 +131,13 @@ def test_batching_by_length_gives_the_padded_batch_embeddings(export_dir, real_t
     ids, mask = tokenize(load_tokenizer(export_dir / "tokenizer.json", 256), texts)  # one padded batch
     want = enc.load()._session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
     np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+def test_an_int8_vector_does_not_depend_on_the_texts_encoded_with_it(export_dir, real_texts):
+    from chunksel.retrieval.onnx_encoder import OnnxEncoder
+
+    enc = OnnxEncoder(quantize="int8", path=export_dir)
+    alone = enc.encode([real_texts[-1]])[0]
+    for company in (real_texts[-8:-1], real_texts[:5], real_texts[40:120]):
+        got = enc.encode([*company, real_texts[-1]])[-1]
+        np.testing.assert_array_equal(got, alone)

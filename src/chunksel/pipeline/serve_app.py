@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - create_app names the extra to install
 log = logging.getLogger("chunksel.serve")
 #: admit a request only when it is predicted to be answered within this share of the time
 #: it has left: the rest absorbs the prediction's error (a request answered late is work lost)
-ADMIT_SHARE = 0.8
+ADMIT_SHARE = 0.5
 
 # ------------------------------------------------------------------- the app
 class _Gate:
@@ -156,6 +156,43 @@ class _Gate:
     def _timeout(self) -> ApiError:
         return ApiError(504, "timeout", f"the request took longer than {self.s.timeout_s:g} s",
                         limit="timeout_s", max=self.s.timeout_s)
+
+
+#: the endpoints whose requests pass the admission gate
+ADMITTED_PATHS = frozenset({"/select", "/select/batch", "/answer"})
+#: where the admission layer leaves the request's arrival time in the ASGI scope's state
+T0_KEY = "chunksel_t0"
+
+
+class _AdmitFirst:
+    """Admission as a bare ASGI layer in front of the app: a request to a working endpoint
+    passes :meth:`_Gate.admit` as it arrives, before routing, authentication or its body,
+    so a 503 under overload costs little more than parsing its headers; an admitted one
+    leaves the gate when its answer is sent."""
+
+    def __init__(self, app: Any, gate: _Gate, metrics: Metrics) -> None:
+        self.app, self.gate, self.metrics = app, gate, metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in ADMITTED_PATHS:
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        try:
+            self.gate.admit(t0)
+        except ApiError as err:
+            body = json.dumps(err.body()).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                       *((k.lower().encode(), str(v).encode()) for k, v in (err.headers or {}).items())]
+            await send({"type": "http.response.start", "status": err.status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            self.metrics.count(scope["path"], err.status)
+            return
+        scope.setdefault("state", {})[T0_KEY] = t0
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.gate.leave()
 
 
 class _Batcher:
@@ -295,6 +332,7 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
         gate.pool.shutdown(wait=True, cancel_futures=True)
 
     app = FastAPI(title="chunksel", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(_AdmitFirst, gate=gate, metrics=metrics)
     app.state.metrics = metrics
     app.state.settings = s
 
@@ -327,15 +365,11 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
         if not hmac.compare_digest(got.encode(), s.api_key.encode()):
             raise ApiError(401, "unauthorised", "a valid X-API-Key header is required")
 
-    async def handle(request: Request, endpoint: str, work, admit: bool = True) -> Any:
-        t0 = time.perf_counter()
+    async def handle(request: Request, endpoint: str, work) -> Any:
+        t0 = request.scope.get("state", {}).get(T0_KEY) or time.perf_counter()  # admitted at arrival
         status = 200
-        admitted = False
         try:
             authorise(request)
-            if admit:  # before the body is read: a 503 under overload costs little
-                gate.admit(t0)
-                admitted = True
             body, timings = await work(t0)
             timings["request"] = (time.perf_counter() - t0) * 1e3
             metrics.observe(timings)
@@ -362,8 +396,6 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
             return JSONResponse({"error": "internal", "message": "internal error (see the server log)"},
                                 status_code=500)
         finally:
-            if admitted:
-                gate.leave()
             metrics.count(endpoint, status)
 
     @app.post("/select")
@@ -442,14 +474,14 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
                     "worker": worker_info(),
                     "settings": {k: v for k, v in s.public().items() if k not in ("host", "port")}}, {}
 
-        return await handle(request, "/health", work, admit=False)
+        return await handle(request, "/health", work)
 
     @app.get("/metrics")
     async def get_metrics(request: Request):
         async def work(t0):
             return metrics.snapshot(), {}
 
-        return await handle(request, "/metrics", work, admit=False)
+        return await handle(request, "/metrics", work)
 
     return app
 

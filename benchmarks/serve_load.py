@@ -33,7 +33,7 @@ Goodput: the anchored server with embeddings given, driven open-loop at twice it
 capacity (the best closed-loop rate above, or of a 64-client probe: a few keep-alive
 connections need not be spread evenly over the workers) for twice ``--seconds`` with a 1 s request
 timeout: requests are due at a fixed rate whatever the server does, each on a free
-keep-alive connection (new ones opened as needed), and latency runs from the time a
+keep-alive connection (the longest idle one; new ones opened as needed), and latency runs from the time a
 request was due. Answers within the deadline per second of the window, against the
 capacity; 503s (admission control) and 504s; how far past the deadline any answer came;
 the generator's own send lag and the cores it used (``generator_cores``: it shares the
@@ -53,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -215,7 +216,9 @@ async def _open_loop(host: str, port: int, rate: float, bodies: list[bytes], sec
     none is free, up to ``max_connections``), and its latency runs from the time it was
     due, so a request the generator could not send at once is not hidden (no coordinated
     omission). Goodput: 200s within ``timeout_s`` of being due, per second of the window."""
-    idle: list = [await asyncio.open_connection(host, port) for _ in range(preopen)]
+    # idle connections are reused first in, first out: a LIFO pool would send most requests
+    # down the connections that come back fastest, i.e. to the worker rejecting the most
+    idle: deque = deque([await asyncio.open_connection(host, port) for _ in range(preopen)])
     slots = asyncio.Semaphore(max_connections)
     opened = [preopen]
     ok: list[float] = []
@@ -228,7 +231,7 @@ async def _open_loop(host: str, port: int, rate: float, bodies: list[bytes], sec
     async def fire(n: int, due: float) -> None:
         async with slots:
             if idle:
-                conn = idle.pop()
+                conn = idle.popleft()
             else:
                 conn = await asyncio.open_connection(host, port)
                 opened[0] += 1

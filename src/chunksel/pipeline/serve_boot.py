@@ -11,6 +11,9 @@ from typing import Any
 from chunksel.errors import require
 from chunksel.pipeline.serve_requests import ServeSettings
 
+#: open connections (and tasks) per server process before uvicorn itself answers 503
+MAX_CONNECTIONS = 4096
+
 
 def load_for_serving(model: str | Path, settings: ServeSettings, corpus: str | None = None,
                      generator: str | None = None) -> Any:
@@ -24,17 +27,20 @@ def load_for_serving(model: str | Path, settings: ServeSettings, corpus: str | N
     return cs.warm(generator=True if settings.answer else None)
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     """A listening-ready TCP socket on (host, port); port 0 picks a free one.
 
     The socket is created with ``IPPROTO_TCP`` and ``TCP_NODELAY``: asyncio sets
     TCP_NODELAY on an accepted connection only when its protocol is TCP, and Linux
     accepted sockets inherit the option from the listener. Without it Nagle's algorithm
-    meets the client's delayed ACK and each response waits about 40 ms.
+    meets the client's delayed ACK and each response waits about 40 ms. ``reuse_port``
+    sets ``SO_REUSEPORT`` (each ``--workers`` process listens on its own socket).
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:  # several workers' listening sockets on one port: the kernel spreads connections
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     return sock
@@ -51,7 +57,10 @@ def make_server(app: Any, settings: ServeSettings, on_ready: Callable[[], None] 
             if on_ready is not None and not self.should_exit:
                 on_ready()
 
+    # uvicorn's limit_concurrency counts open connections too: at concurrency + queue it
+    # answered every request of a worker holding many idle keep-alive connections 503
+    # (uncounted by /metrics). The admission gate bounds the work; this only bounds sockets.
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=max(1, int(settings.timeout_s)),
-                            limit_concurrency=settings.concurrency + settings.queue + 16)
+                            limit_concurrency=max(MAX_CONNECTIONS, settings.concurrency + settings.queue + 16))
     return _Server(config)

@@ -1,9 +1,10 @@
 """``chunksel serve --workers N``: N server processes on one port, to use every core.
 
-The parent binds the (TCP_NODELAY) listening socket and starts N worker processes
-(``spawn``: nothing of the parent's threads or torch state is inherited); each receives
-the socket, loads the selector and its models once, and runs its own uvicorn server on
-it, so the kernel hands each new connection to a worker that is accepting. The parent
+The parent reserves the port and starts N worker processes (``spawn``: nothing of the
+parent's threads or torch state is inherited); each loads the selector and its models
+once, then listens on its own TCP_NODELAY socket bound to that port with
+``SO_REUSEPORT``, so the kernel spreads new connections evenly over the workers (where
+``SO_REUSEPORT`` is missing they share the parent's listening socket). The parent
 prints the address once every worker accepts, with each worker's resident memory, then
 waits; SIGINT/SIGTERM is passed on to the workers, which drain and exit. A worker that
 dies takes the server down (exit 1) rather than serving with fewer cores unnoticed.
@@ -24,21 +25,25 @@ from chunksel.errors import ChunkselError
 from chunksel.pipeline.serve_requests import ServeSettings, rss_mb
 
 
-def _worker(model: str, settings: ServeSettings, corpus: str | None, generator: str | None, sock: socket.socket,
-            ready: Any, index: int) -> None:
-    """One worker process: one-thread inference, load once, serve on the shared socket."""
+def _worker(model: str, settings: ServeSettings, corpus: str | None, generator: str | None,
+            sock: socket.socket | tuple[str, int], ready: Any, index: int) -> None:
+    """One worker process: one-thread inference, load once, serve on its own
+    ``SO_REUSEPORT`` socket (given ``(host, port)``) or on the shared one."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from chunksel.threads import set_threads
 
     set_threads(1)  # torch, FAISS and the BLAS/OpenMP pools of this worker
     from chunksel.pipeline.serve_app import create_app
-    from chunksel.pipeline.serve_boot import load_for_serving, make_server
+    from chunksel.pipeline.serve_boot import bind, load_for_serving, make_server
 
     try:
         cs = load_for_serving(model, settings, corpus, generator)
     except ChunkselError as err:
         ready.put({"index": index, "error": str(err)})
         return
+    if isinstance(sock, tuple):  # after loading: the kernel only hands connections to a ready worker
+        sock = bind(*sock, reuse_port=True)
+        sock.listen(2048)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent sends SIGTERM; uvicorn handles it
 
     def on_ready() -> None:
@@ -52,12 +57,18 @@ def serve_workers(model: str | Path, settings: ServeSettings, corpus: str | None
     """Run ``settings.workers`` server processes on one socket until SIGINT/SIGTERM."""
     from chunksel.pipeline.serve_boot import bind
 
-    sock = bind(settings.host, settings.port)
-    sock.listen(2048)
+    # one listening socket per worker (SO_REUSEPORT): the kernel spreads new connections
+    # evenly over the workers; where it is missing, the workers accept on one shared socket
+    # and the idle one wins each connection. The parent's socket only holds the port.
+    reuse = hasattr(socket, "SO_REUSEPORT")
+    sock = bind(settings.host, settings.port, reuse_port=reuse)
+    if not reuse:
+        sock.listen(2048)
     host, port = sock.getsockname()[:2]
+    where = (host, port) if reuse else sock
     ctx = mp.get_context("spawn")
     ready = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(str(model), settings, corpus, generator, sock, ready, i),
+    procs = [ctx.Process(target=_worker, args=(str(model), settings, corpus, generator, where, ready, i),
                          name=f"chunksel-serve-{i}", daemon=False) for i in range(settings.workers)]
     stopping = False
 

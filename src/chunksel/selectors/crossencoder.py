@@ -16,7 +16,6 @@ Needs ``pip install 'chunksel[crossencoder]'`` (sentence-transformers, datasets)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -90,13 +89,7 @@ class CrossEncoderSelector(Selector):
             raise ConfigError(f"crossencoder loss must be listwise or pointwise, got {loss!r}")
         if engine not in ("torch", "onnxruntime"):
             raise ConfigError(f"crossencoder engine must be torch or onnxruntime, got {engine!r}")
-        if not 1 <= int(layers) <= 6:
-            raise ConfigError(f"crossencoder layers must be in 1..6, got {layers}")
-        for name, value in (("epochs", epochs), ("batch_size", batch_size), ("max_length", max_length)):
-            if int(value) < 1:
-                raise ConfigError(f"crossencoder {name} must be >= 1, got {value}")
-        if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-            raise ConfigError(f"crossencoder lr must be a positive number, got {lr}")
+        # numeric ranges (layers 1-6, counts >= 1, lr > 0): selectors.params, at construction
         self.layers = layers
         self.loss = loss
         self.epochs = epochs

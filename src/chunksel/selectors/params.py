@@ -224,7 +224,7 @@ RANGES: dict[str, Range] = {
         "k", "select_k", "batch_size", "max_epochs", "patience", "hidden", "depth", "phi_hidden", "phi_depth",
         "members", "n_estimators", "min_child_samples", "early_stopping_rounds", "max_iter", "max_query_len",
         "max_doc_len", "embedding_dim", "n_kernels", "n_bins", "n_filters", "update_epochs", "value_hidden",
-        "max_questions", "max_new_tokens", "window", "step", "max_passage_words")},
+        "max_questions", "max_new_tokens", "window", "step", "max_passage_words", "epochs", "max_length")},
     **{n: _ZERO_OR_MORE for n in ("seed", "warmup_epochs", "ppo_epochs", "carry")},
     **{n: _POSITIVE for n in ("lr", "learning_rate", "warmup_lr", "value_lr", "tau", "C")},
     **{n: _NON_NEGATIVE for n in ("weight_decay", "k1", "entropy_coef", "value_coef")},
@@ -238,7 +238,9 @@ RANGES: dict[str, Range] = {
     "curriculum_ramp": Range(0, 1, lo_open=True),
 }
 #: per-selector overrides of :data:`RANGES`
-SELECTOR_RANGES: dict[str, dict[str, Range]] = {}
+SELECTOR_RANGES: dict[str, dict[str, Range]] = {
+    "crossencoder": {"layers": Range(1, 6, integer=True)},  # MiniLM-L6's layers kept
+}
 
 
 def check_ranges(name: str, values: Mapping[str, Any], error: type[ChunkselError] = ConfigError) -> None:

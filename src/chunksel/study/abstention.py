@@ -45,6 +45,7 @@ def targets_met(s: Mapping[str, Any]) -> dict[str, bool]:
 
 def abstention_of(sel: Any, test: Sequence[Any], features: Any = None) -> dict[str, Any]:
     """The abstention summary of a fitted, calibrated selector on ``test``."""
+    from chunksel.pipeline.select_rules import choose
     from chunksel.selectors.calibration import calibration_scores
     from chunksel.types import label_matrix
 
@@ -60,7 +61,8 @@ def abstention_of(sel: Any, test: Sequence[Any], features: Any = None) -> dict[s
                          "label_source": cal.label_source, **cal.info}
     out["targets_met"] = targets_met(out)
     # per test instance: k="auto" kept no chunk (Table 4's "I don't know" row; not reported)
-    out["abstained_auto"] = [bool(not np.any(p >= cal.auto_threshold)) for p in chunk_p]
+    out["abstained_auto"] = [choose(row, p, None, "auto", None, None, cal.auto_threshold)[1]
+                             for row, p in zip(scores, chunk_p, strict=True)]
     return out
 
 

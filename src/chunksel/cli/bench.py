@@ -24,6 +24,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, default=1,
                    help="worker processes: the datasets are split over them for the per-dataset stages, "
                         "then the study reads their memoised results (default 1)")
+    p.add_argument("--split", choices=["grouped", "question"], default=None,
+                   help="grouped (the profiles' default: no val/test question shares an evidence passage "
+                        "with a training question) or question (a hash of the question text, as before)")
     p.add_argument("--part", default=None, metavar="DATASET", help=argparse.SUPPRESS)  # a --jobs worker: the
     # whole study's first dataset (chunksel.study.run.worker_command)
 
@@ -43,7 +46,7 @@ def bench(args: argparse.Namespace, settings: Settings) -> int:
 
     run_bench(profile=args.profile, datasets=args.datasets, selectors=args.selectors,
               out=args.out, seed=args.seed, progress=not settings.quiet, reuse=not args.no_reuse,
-              jobs=args.jobs, threads=settings.threads, part_of=args.part)
+              jobs=args.jobs, threads=settings.threads, part_of=args.part, split=args.split)
     return 0
 
 

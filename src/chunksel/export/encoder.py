@@ -4,7 +4,8 @@ The graph is the sentence-transformers pipeline after tokenisation: the BERT enc
 mean pooling over the attention mask and L2 normalisation, traced from the
 ``transformers`` model with the eager attention (no data-dependent mask shortcut) and
 dynamic batch and sequence axes. The int8 graph is ONNX Runtime's dynamic quantisation
-of it (int8 weights of every MatMul/Gemm, activations quantised per call).
+of it (int8 weights of the weight MatMuls but the first two FFN output projections,
+activations quantised per call; :func:`quantize_int8`).
 
 An export is checked before it is kept: on a fixed set of probe texts each graph must
 give finite embeddings within cosine 0.99 of the sentence-transformers ones (a model
@@ -137,8 +138,7 @@ def export_encoder(model: str | Path | None = None, out: str | Path | None = Non
                               output_names=["embedding"], opset_version=OPSET, dynamo=False,
                               dynamic_axes={"input_ids": {0: "batch", 1: "tokens"},
                                             "attention_mask": {0: "batch", 1: "tokens"}, "embedding": {0: "batch"}})
-        if "int8" in quantize:
-            quantize_int8(fp32, staging / graph_file("int8"))
+        int8 = quantize_int8(fp32, staging / graph_file("int8")) if "int8" in quantize else None
         shutil.copy(st.model_dir / "tokenizer.json", staging / "tokenizer.json")
         want = st.encode(list(PROBES), progress=False)
         cosines: dict[str, list[float]] = {}
@@ -156,7 +156,7 @@ def export_encoder(model: str | Path | None = None, out: str | Path | None = Non
             fp32.unlink()
         files = [graph_file(q) for q in quantize] + ["tokenizer.json"]
         meta = {"model_id": st.model_id, "dim": int(want.shape[1]), "max_seq_length": max_seq_length,
-                "opset": OPSET, "quantize": list(quantize), "probe_cosines": cosines,
+                "opset": OPSET, "quantize": list(quantize), "int8": int8, "probe_cosines": cosines,
                 "sha256": {f: _sha256(staging / f) for f in files}}
         (staging / "meta.json").write_text(json.dumps(meta, indent=2))
         mask_ = os.umask(0)
@@ -172,19 +172,52 @@ def export_encoder(model: str | Path | None = None, out: str | Path | None = Non
     return out
 
 
-def quantize_int8(fp32: Path, out: Path) -> None:
+#: the int8 recipe (part of meta.json: an export made by an older recipe is made again)
+INT8_RECIPE = 3
+
+
+def int8_kernels_saturate() -> bool:
+    """True where ONNX Runtime's u8 x s8 kernels may saturate 16-bit sums (x86 without
+    VNNI or AMX: ``vpmaddubsw``), which is what the 7-bit weight range is for. ARM's dot
+    products and x86 VNNI/AMX accumulate in 32 bits."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True  # unknown x86: the safe range
+    return not any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
+
+
+#: layers whose FFN output projection stays fp32 in the int8 graph
+INT8_FP32_FFN_LAYERS = (0, 1)
+
+
+def int8_fp32_nodes(graph: Any) -> list[str]:
+    """The weight MatMuls left in fp32: the FFN output projections of the first two
+    layers (:data:`INT8_FP32_FFN_LAYERS`). Their inputs (GELU outputs) have the widest
+    per-tensor ranges; quantised too, texts fall below cosine 0.99 against
+    sentence-transformers (PopQA test texts: 16 of 720, min 0.985; the first layer's
+    alone kept: min 0.988 over 2,166), while keeping all six in fp32 costs half again
+    the time (``benchmarks/results/encoder_onnx.json``)."""
+    return [n.name for n in graph.graph.node if n.op_type == "MatMul"
+            and any(f"/layer.{i}/output/dense/" in n.name for i in INT8_FP32_FFN_LAYERS)]
+
+
+def quantize_int8(fp32: Path, out: Path) -> dict:
     """ONNX Runtime's dynamic int8 quantisation of the weight MatMuls, per output
-    channel with the reduced (7-bit) range, leaving each layer's FFN output projection in
-    fp32: quantising those too drops some short questions below cosine 0.99 against
-    sentence-transformers."""
+    channel, 8-bit weights where the CPU's int8 kernels cannot saturate (7-bit otherwise),
+    with :func:`int8_fp32_nodes` left in fp32. Returns the recipe (kept in meta.json)."""
     onnx = require("onnx", "export")
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    graph = onnx.load(str(fp32))
-    keep = [n.name for n in graph.graph.node
-            if n.op_type == "MatMul" and "/output/dense/" in n.name and "/attention/" not in n.name]
+    keep = int8_fp32_nodes(onnx.load(str(fp32)))
+    reduce_range = int8_kernels_saturate()
     quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                     per_channel=True, reduce_range=True, nodes_to_exclude=keep)
+                     per_channel=True, reduce_range=reduce_range, nodes_to_exclude=keep)
+    return {"recipe": INT8_RECIPE, "per_channel": True, "reduce_range": reduce_range, "fp32_nodes": keep}
 
 
 def _run_graph(ort: Any, graph: Path, tokenizer: Path, texts: list[str], max_seq_length: int) -> np.ndarray:

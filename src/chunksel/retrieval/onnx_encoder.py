@@ -131,7 +131,17 @@ class OnnxEncoder:
         return self
 
     def _exported(self, meta_file: Path) -> bool:
-        return meta_file.is_file() and self.quantize in json.loads(meta_file.read_text()).get("quantize", [])
+        """An export holding this graph; an int8 graph of an older recipe is made again
+        (only in the cache's own folder: a given ``path`` is used as it is)."""
+        from chunksel.export.encoder import INT8_RECIPE
+
+        if not meta_file.is_file():
+            return False
+        meta = json.loads(meta_file.read_text())
+        if self.quantize not in meta.get("quantize", []):
+            return False
+        stale = self.quantize == "int8" and (meta.get("int8") or {}).get("recipe") != INT8_RECIPE
+        return self.path is not None or not stale
 
     def encode(self, texts: Sequence[str], progress: bool = False, batch_size: int | None = None) -> np.ndarray:
         """Embed ``texts`` -> float32 ``(N, dim)``, each row L2-normalised."""

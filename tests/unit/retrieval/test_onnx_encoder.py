@@ -141,3 +141,37 @@ def test_an_int8_vector_does_not_depend_on_the_texts_encoded_with_it(export_dir,
     for company in (real_texts[-8:-1], real_texts[:5], real_texts[40:120]):
         got = enc.encode([*company, real_texts[-1]])[-1]
         np.testing.assert_array_equal(got, alone)
+
+
+def test_the_int8_recipe_is_recorded_and_its_fp32_node_stays_fp32(export_dir):
+    import onnx
+
+    from chunksel.export.encoder import INT8_RECIPE
+
+    meta = json.loads((export_dir / "meta.json").read_text())
+    assert meta["int8"]["recipe"] == INT8_RECIPE and meta["int8"]["per_channel"] is True
+    kept = meta["int8"]["fp32_nodes"]
+    assert len(kept) == 2 and "/layer.0/output/dense/" in kept[0] and "/layer.1/output/dense/" in kept[1]
+    nodes = {n.name: n.op_type for n in onnx.load(str(export_dir / "encoder.int8.onnx")).graph.node}
+    assert all(nodes[k] == "MatMul" for k in kept)  # left as they were
+    quantised = [n for n, op in nodes.items() if op in ("MatMulInteger", "DynamicQuantizeMatMul")]
+    assert len(quantised) >= 6 * 6 - 2  # every other weight MatMul of the 6 layers
+
+
+def test_an_int8_export_of_an_older_recipe_in_the_cache_is_made_again(export_dir, tmp_path, monkeypatch):
+    from chunksel.export.encoder import INT8_RECIPE
+    from chunksel.retrieval.onnx_encoder import OnnxEncoder
+
+    cached = tmp_path / "cache-export"
+    shutil.copytree(export_dir, cached)
+    meta = json.loads((cached / "meta.json").read_text())
+    meta["int8"] = None  # as an export written before the recipe was recorded
+    (cached / "meta.json").write_text(json.dumps(meta))
+    monkeypatch.setattr("chunksel.export.encoder.default_dir", lambda _id: cached)
+    OnnxEncoder(quantize="int8").load()
+    assert json.loads((cached / "meta.json").read_text())["int8"]["recipe"] == INT8_RECIPE
+    # a folder the caller names is used as it is
+    given = tmp_path / "given"
+    shutil.copytree(export_dir, given)
+    (given / "meta.json").write_text(json.dumps(meta))
+    assert OnnxEncoder(quantize="int8", path=given).load()._session is not None

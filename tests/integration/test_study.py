@@ -43,7 +43,9 @@ def test_harness_end_to_end(tmp_path):
     assert set(t1) == {"retrieval", "oracle", "prototype", "anchored"}
     assert len(t1["anchored"]["per_dataset"]["popqa"]["val_seeds"]) == 2
     ga = results["generator_ablation"]
-    assert set(ga["variants"]) == {"with h, r", "without h, r"} and set(ga["delta"]) == {"popqa", "msmarco"}
+    assert set(ga["variants"]) == {"with h, r", "without h, r", "interaction term alone"}
+    assert set(ga["delta"]) == {"popqa", "msmarco"} and set(ga["parts"]["interaction term alone"]) == {"popqa", "msmarco"}
+    assert ga["variants"]["interaction term alone"]["blocks"] == ["letor", "lambdamart"]
     # the with-h,r variant is Table 1's anchored row, seed for seed
     assert ga["variants"]["with h, r"]["per_dataset"]["popqa"]["seeds"] == t1["anchored"]["per_dataset"]["popqa"]["seeds"]
     curve = results["learning_curve"]["popqa"]
@@ -76,7 +78,7 @@ def test_harness_end_to_end(tmp_path):
     report = (out / "report.md").read_text()
     assert "Table 5: LLM selectors" in report
     assert "Table 1" in report and "PopQA" in report and "Anchored prototype" in report
-    assert "Learning curves" in report and "Does the generator help?" in report
+    assert "Learning curves" in report and "What the flagship's parts add" in report
     assert "Table 4: answers generated" in report and "![answers](answer_f1_vs_prefill.png)" in report
     assert any(p.suffix == ".png" for p in out.iterdir())
     # the abstention stage: every non-LLM selector's calibrated probabilities on every test set

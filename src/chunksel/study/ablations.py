@@ -9,20 +9,21 @@ from collections.abc import Sequence
 import numpy as np
 
 from chunksel.study.fitting import combine_hits, say
-from chunksel.study.profiles import FLAGSHIP, GENERATOR_ABLATION, REPRODUCTION
+from chunksel.study.profiles import FLAGSHIP, GENERATOR_ABLATION, PARTS_ABLATION, REPRODUCTION
 from chunksel.study.records import Cell, Comparison, GeneratorAblation, Variant
 from chunksel.study.state import Study
 
 
 def generator_ablation(study: Study) -> GeneratorAblation:
-    """The flagship with and without h and r (Table 1's seeds), with paired intervals."""
+    """The flagship with and without h and r, and its interaction term alone (Table 1's
+    seeds), each against Table 1's flagship with paired intervals."""
     from chunksel.eval.significance import significance_entry
     from chunksel.selectors import get_selector_class
 
     default = tuple(get_selector_class(FLAGSHIP)().blocks)
     out = GeneratorAblation()
     variant_hits: dict[str, dict[str, list[np.ndarray]]] = {}
-    for label, blocks in GENERATOR_ABLATION.items():
+    for label, blocks in {**GENERATOR_ABLATION, **PARTS_ABLATION}.items():
         out.variants[label] = Variant(blocks=list(blocks))
         for ds in study.datasets:
             if tuple(blocks) == default and FLAGSHIP in study.hits:
@@ -37,7 +38,7 @@ def generator_ablation(study: Study) -> GeneratorAblation:
                     accs.append(100.0 * res["metrics"]["accuracy"])
             variant_hits.setdefault(label, {})[ds] = hits
             out.variants[label].per_dataset[ds] = Cell.of(accs)
-        say(f"generator ablation: {label:<13} " + " ".join(
+        say(f"flagship ablation: {label:<13} " + " ".join(
             f"{ds} {v.mean:.2f}" for ds, v in out.variants[label].per_dataset.items()))
     with_l, without_l = list(GENERATOR_ABLATION)
     for ds in study.datasets:
@@ -45,6 +46,10 @@ def generator_ablation(study: Study) -> GeneratorAblation:
         b_rate, b_major = combine_hits(variant_hits[without_l][ds])
         out.delta[ds] = Comparison.from_json(significance_entry(
             with_l, without_l, a_rate, b_rate, seed=study.seed, majority=(a_major, b_major)))
+        for label in PARTS_ABLATION:
+            b_rate, b_major = combine_hits(variant_hits[label][ds])
+            out.parts.setdefault(label, {})[ds] = Comparison.from_json(significance_entry(
+                with_l, label, a_rate, b_rate, seed=study.seed, majority=(a_major, b_major)))
     return out
 
 

@@ -33,6 +33,10 @@ GENERATOR_ABLATION: dict[str, tuple[str, ...]] = {
     "with h, r": ("hs", "rw", "q", "chunk", "letor", "lambdamart"),
     "without h, r": ("q", "chunk", "letor", "lambdamart"),
 }
+#: the flagship's further variants, each compared with Table 1's (paired intervals)
+PARTS_ABLATION: dict[str, tuple[str, ...]] = {
+    "interaction term alone": ("letor", "lambdamart"),  # no q/E prototype, no h, r
+}
 ABLATIONS: dict[str, tuple[str, ...]] = {
     "HS": ("hs",),
     "RW": ("rw",),

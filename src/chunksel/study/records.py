@@ -198,10 +198,13 @@ class Variant:
 
 @dataclass
 class GeneratorAblation:
-    """The flagship with and without the generator's h and r, and the paired difference."""
+    """The flagship with and without the generator's h and r, and the paired difference;
+    ``parts``: per further variant (:data:`~chunksel.study.profiles.PARTS_ABLATION`),
+    the paired difference of the full flagship against it, per dataset."""
 
     variants: dict[str, Variant] = field(default_factory=dict)
     delta: dict[str, Comparison] = field(default_factory=dict)
+    parts: dict[str, dict[str, Comparison]] = field(default_factory=dict)
 
 
 @dataclass

@@ -130,10 +130,12 @@ def render_markdown(results: Results, plots: Mapping[str, str] | None = None) ->
             [],
         ),
         (
-            "Does the generator help? The anchored prototype with and without h and r",
+            "What the flagship's parts add: with and without h and r, and its interaction term alone",
             format_generator_ablation(res),
-            "Mean over Table 1's seeds; the second table gives the paired difference (with − "
-            "without h, r) with its 95% bootstrap interval, seeds combined as above.",
+            "Mean over Table 1's seeds; the tables below give the paired differences (with − "
+            "without h, r; the whole flagship − its interaction term alone, i.e. LETOR and "
+            "stacked LambdaMART without the q/E prototype and h, r) with their 95% bootstrap "
+            "intervals, seeds combined as above.",
             [],
         ),
         (

@@ -142,6 +142,7 @@ class BenchResults:
                 "variants": {k: {"blocks": v.blocks, "per_dataset": {d: c.to_dict() for d, c in v.per_dataset.items()}}
                              for k, v in ga.variants.items()},
                 "delta": {d: c.to_dict() for d, c in ga.delta.items()},
+                "parts": {k: {d: c.to_dict() for d, c in v.items()} for k, v in ga.parts.items()},
             },
             "pooled": {n: {"per_dataset": r.per_dataset, "pooled": r.pooled} for n, r in self.pooled.items()},
             "significance": {d: [c.to_dict() for c in cs] for d, cs in self.significance.items()},
@@ -179,6 +180,9 @@ class BenchResults:
                           for k, v in _map(ga_x.get("variants"), "generator_ablation.variants").items()},
                 delta={str(d): Comparison.from_json(c, f"generator_ablation.delta.{d}")
                        for d, c in _map(ga_x.get("delta"), "generator_ablation.delta").items()},
+                parts={str(k): {str(d): Comparison.from_json(c, f"generator_ablation.parts.{k}.{d}")
+                                for d, c in _map(v, f"generator_ablation.parts.{k}").items()}
+                       for k, v in _map(ga_x.get("parts"), "generator_ablation.parts").items()},
             )
         pooled = {}
         for n, r in _map(x.get("pooled"), "pooled").items():

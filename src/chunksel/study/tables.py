@@ -192,6 +192,8 @@ def format_generator_ablation(results: Results) -> str:
     )
     if ga.delta:
         text += "\n\n" + significance_table([(d, ga.delta[d]) for d in ordered(res.datasets, ga.delta)])
+    for cmp in ga.parts.values():
+        text += "\n\n" + significance_table([(d, cmp[d]) for d in ordered(res.datasets, cmp)])
     return text
 
 

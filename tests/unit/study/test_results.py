@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from chunksel.errors import DataError
+from chunksel.study.records import GeneratorAblation, Variant
 from chunksel.study.results import (
     RESULTS_VERSION,
     BenchResults,
@@ -33,6 +34,11 @@ def _results() -> BenchResults:
         learning_curve={"nq": LearningCurve(usable_train=30, sizes=[10, 30],
                                             per_selector={"anchored": {"10": 61.0, "30": 64.0}})},
         answers={"nq": {"questions": 2, "conditions": {}}},
+        generator_ablation=GeneratorAblation(
+            variants={"with h, r": Variant(blocks=["hs", "lambdamart"], per_dataset={"nq": Cell.of([65.0])}),
+                      "interaction term alone": Variant(blocks=["lambdamart"], per_dataset={"nq": Cell.of([63.0])})},
+            parts={"interaction term alone": {"nq": Comparison("with h, r", "interaction term alone", 2.0, -1.0,
+                                                                5.0, 0.5, 50, acc_a=65.0, acc_b=63.0)}}),
     )
 
 
@@ -56,6 +62,7 @@ def test_round_trip_is_exact(tmp_path):
     assert back.table1["anchored"].per_dataset["nq"].val_seeds == [61.0, 62.0, 63.0]
     assert back.significance["nq"][0].acc_b == 60.0
     assert back.learning_curve["nq"].per_selector["anchored"]["30"] == 64.0
+    assert back.generator_ablation.parts["interaction term alone"]["nq"].acc_b == 63.0
     assert data["table1"]["retrieval"]["text_p95_ms"] == 0.02 and "text_p50_ms" not in data["table1"]["anchored"]
 
 
@@ -67,7 +74,7 @@ def test_version_1_file_is_read():
     res = BenchResults.from_dict(data)
     assert res.datasets == data["datasets"]
     assert res.table1["anchored"].per_dataset["nq"].seeds == data["table1"]["anchored"]["per_dataset"]["nq"]["seeds"]
-    assert res.generator_ablation is not None and set(res.generator_ablation.variants) == {"with h, r", "without h, r"}
+    assert res.generator_ablation is not None and set(res.generator_ablation.variants) >= {"with h, r", "without h, r"}
     assert res.answers == {}
 
 
@@ -139,3 +146,11 @@ def test_table4_renders_the_i_dont_know_rows():
     text = format_answers(BenchResults.from_dict(res.to_dict()))
     assert "pipeline answers \"I don't know\"" in text
     assert "| 75.0 | 60.0 [30.0, 90.0] | 45.0 [20.0, 70.0] | 50.0 [25.0, 75.0] | 0 / 1 | 0 | 150.0 | 25.0 |" in text
+
+
+def test_the_parts_ablation_is_rendered_with_its_interval():
+    from chunksel.study.tables import format_generator_ablation
+
+    text = format_generator_ablation(_results())
+    assert "| interaction term alone |" in text  # its accuracy row
+    assert "| with h, r | interaction term alone | 50 | 65.00 | 63.00 | +2.00 | [-1.00, +5.00] |" in text

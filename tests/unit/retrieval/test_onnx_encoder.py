@@ -151,11 +151,11 @@ def test_the_int8_recipe_is_recorded_and_its_fp32_node_stays_fp32(export_dir):
     meta = json.loads((export_dir / "meta.json").read_text())
     assert meta["int8"]["recipe"] == INT8_RECIPE and meta["int8"]["per_channel"] is True
     kept = meta["int8"]["fp32_nodes"]
-    assert len(kept) == 2 and "/layer.0/output/dense/" in kept[0] and "/layer.1/output/dense/" in kept[1]
+    assert len(kept) == 4 and all(f"/layer.{i}/output/dense/" in k for i, k in enumerate(kept))
     nodes = {n.name: n.op_type for n in onnx.load(str(export_dir / "encoder.int8.onnx")).graph.node}
     assert all(nodes[k] == "MatMul" for k in kept)  # left as they were
     quantised = [n for n, op in nodes.items() if op in ("MatMulInteger", "DynamicQuantizeMatMul")]
-    assert len(quantised) >= 6 * 6 - 2  # every other weight MatMul of the 6 layers
+    assert len(quantised) >= 6 * 6 - 4  # every other weight MatMul of the 6 layers
 
 
 def test_an_int8_export_of_an_older_recipe_in_the_cache_is_made_again(export_dir, tmp_path, monkeypatch):

@@ -46,6 +46,8 @@ def main() -> None:
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--limit", type=int, default=500, help="questions a dataset (the quick profile: 500)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--split", default="grouped", choices=["grouped", "question"],
+                    help="split scheme (default grouped, as the benchmark; the first two runs used question)")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
 
@@ -59,7 +61,7 @@ def main() -> None:
     load = os.getloadavg()
     splits = {}
     for ds in DATASETS:
-        insts = build_instances(ds, k=5, limit=args.limit, progress=False).instances
+        insts = build_instances(ds, k=5, limit=args.limit, progress=False, split=args.split).instances
         splits[ds] = {s: [i for i in insts if i.split == s] for s in ("train", "val", "test")}
     train = [i for ds in DATASETS for i in splits[ds]["train"]]
     val = [i for ds in DATASETS for i in splits[ds]["val"]]

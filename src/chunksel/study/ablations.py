@@ -29,15 +29,18 @@ def generator_ablation(study: Study) -> GeneratorAblation:
             if tuple(blocks) == default and FLAGSHIP in study.hits:
                 hits = study.hits[FLAGSHIP][ds]
                 accs = list(study.t1[FLAGSHIP].per_dataset[ds].seeds)
+                vals = list(study.t1[FLAGSHIP].per_dataset[ds].val_seeds)
             else:
-                hits, accs = [], []
+                hits, accs, vals = [], [], []
                 for s in study.prof.seeds:
                     res = study.fit_eval(FLAGSHIP, s, ds, stage="generator_ablation", blocks=list(blocks))
                     ans = np.asarray(res["answerable"], dtype=bool)
                     hits.append(np.asarray(res["hits"], dtype=bool)[ans])
                     accs.append(100.0 * res["metrics"]["accuracy"])
+                    if res.get("val_accuracy") is not None:
+                        vals.append(100.0 * res["val_accuracy"])
             variant_hits.setdefault(label, {})[ds] = hits
-            out.variants[label].per_dataset[ds] = Cell.of(accs)
+            out.variants[label].per_dataset[ds] = Cell.of(accs, val_seeds=vals)
         say(f"flagship ablation: {label:<13} " + " ".join(
             f"{ds} {v.mean:.2f}" for ds, v in out.variants[label].per_dataset.items()))
     with_l, without_l = list(GENERATOR_ABLATION)

@@ -190,11 +190,27 @@ def format_generator_ablation(results: Results) -> str:
     text = _per_dataset_table(
         list(ga.variants), lambda v, d: ga.variants[v].per_dataset.get(d), res.datasets, "Anchored prototype"
     )
+    val = _validation_line(ga, res.datasets)
+    if val:
+        text += "\n\n" + val
     if ga.delta:
         text += "\n\n" + significance_table([(d, ga.delta[d]) for d in ordered(res.datasets, ga.delta)])
     for cmp in ga.parts.values():
         text += "\n\n" + significance_table([(d, cmp[d]) for d in ordered(res.datasets, cmp)])
     return text
+
+
+def _validation_line(ga: Any, datasets: Sequence[str]) -> str:
+    """The variants' validation rank-1 averaged over the datasets (what a choice between
+    them may read; the test figures above may not)."""
+    parts = []
+    for label, v in ga.variants.items():
+        means = [sum(c.val_seeds) / len(c.val_seeds) for d in datasets
+                 if (c := v.per_dataset.get(d)) and c.val_seeds]
+        if means and len(means) == len(datasets):
+            parts.append(f"{label} {sum(means) / len(means):.2f}")
+    return ("Validation rank-1, averaged over the datasets (what a choice between the variants "
+            "may read): " + "; ".join(parts) + ".") if parts else ""
 
 
 def format_learning_curve(results: Results) -> str:

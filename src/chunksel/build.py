@@ -26,12 +26,10 @@ from typing import Any
 import numpy as np
 
 from chunksel.config import cache_root, config_hash, data_root
+from chunksel.data.grouped_splits import SPLIT_SCHEMES, check_split_scheme  # noqa: F401 (re-exported)
 from chunksel.data.instances import load_instances, load_meta, save_instances
 from chunksel.errors import ConfigError, DataError
 from chunksel.types import SPLITS, Candidate, Instance, Question
-
-#: how questions are assigned to train/val/test (see build_instances)
-SPLIT_SCHEMES = ("question", "grouped")
 
 BUILD_VERSION = 2  # 2: question embeddings travel with the instances
 
@@ -199,8 +197,7 @@ def build_instances(
 
     if k < 1:
         raise ConfigError(f"--k must be >= 1, got {k}")
-    if split not in SPLIT_SCHEMES:
-        raise ConfigError(f"unknown split scheme {split!r}; use {' or '.join(SPLIT_SCHEMES)}")
+    check_split_scheme(split)
     if index not in ("flat", "ivfpq"):
         raise ConfigError(f"unknown index {index!r}; use flat or ivfpq")
     if candidates not in ("retrieve", "given"):

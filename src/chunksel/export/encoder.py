@@ -4,8 +4,9 @@ The graph is the sentence-transformers pipeline after tokenisation: the BERT enc
 mean pooling over the attention mask and L2 normalisation, traced from the
 ``transformers`` model with the eager attention (no data-dependent mask shortcut) and
 dynamic batch and sequence axes. The int8 graph is ONNX Runtime's dynamic quantisation
-of it (int8 weights of the weight MatMuls but the first four FFN output projections,
-activations quantised per call; :func:`quantize_int8`).
+of it (int8 weights of every weight MatMul, activations quantised per call), after the
+few outlier input channels of the FFN output projections were split off into small fp32
+MatMuls (:func:`quantize_int8`).
 
 An export is checked before it is kept: on a fixed set of probe texts each graph must
 give finite embeddings within cosine 0.99 of the sentence-transformers ones (a model
@@ -138,8 +139,9 @@ def export_encoder(model: str | Path | None = None, out: str | Path | None = Non
                               output_names=["embedding"], opset_version=OPSET, dynamo=False,
                               dynamic_axes={"input_ids": {0: "batch", 1: "tokens"},
                                             "attention_mask": {0: "batch", 1: "tokens"}, "embedding": {0: "batch"}})
-        int8 = quantize_int8(fp32, staging / graph_file("int8")) if "int8" in quantize else None
         shutil.copy(st.model_dir / "tokenizer.json", staging / "tokenizer.json")
+        int8 = (quantize_int8(fp32, staging / graph_file("int8"), staging / "tokenizer.json", max_seq_length)
+                if "int8" in quantize else None)
         want = st.encode(list(PROBES), progress=False)
         cosines: dict[str, list[float]] = {}
         for q in quantize:
@@ -173,7 +175,28 @@ def export_encoder(model: str | Path | None = None, out: str | Path | None = Non
 
 
 #: the int8 recipe (part of meta.json: an export made by an older recipe is made again)
-INT8_RECIPE = 4
+INT8_RECIPE = 5
+#: ONNX Runtime graph fusions left off for the int8 graph: its fused SkipLayerNormalization
+#: kernel took about 12% of an int8 encode here (6 ms of a question and five passages);
+#: the unfused Add + LayerNormalization give the same vectors (to float rounding)
+INT8_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
+#: an FFN-output input channel is an outlier when its calibrated peak |x| is more than
+#: OUTLIER_RATIO times the OUTLIER_REFERENCE-th largest channel peak of its layer
+OUTLIER_RATIO = 2.0
+OUTLIER_REFERENCE = 16
+MAX_OUTLIERS = 8
+#: texts whose activations locate the outlier channels (a property of the model: the same
+#: channels stand out on TriviaQA and HotpotQA training passages)
+CALIBRATION = PROBES + (
+    "Photosynthesis converts light energy into chemical energy stored in glucose.",
+    "The 1998 FIFA World Cup was won by France, who beat Brazil 3-0 in the final in Saint-Denis.",
+    "how many calories are in a boiled egg",
+    "Ludwig van Beethoven was a German composer and pianist whose works span the transition "
+    "from the Classical period to the Romantic era in Western music.",
+    "Which element has the chemical symbol Fe?",
+    "Mount Kilimanjaro is a dormant volcano in Tanzania with three volcanic cones: Kibo, Mawenzi "
+    "and Shira. It is the highest mountain in Africa, about 5,895 metres above sea level.",
+)
 
 
 def int8_kernels_saturate() -> bool:
@@ -191,39 +214,122 @@ def int8_kernels_saturate() -> bool:
     return not any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
 
 
-#: layers whose FFN output projection stays fp32 in the int8 graph
-INT8_FP32_FFN_LAYERS = (0, 1, 2, 3)
+def ffn_output_matmuls(graph: Any) -> list[Any]:
+    """The FFN output projections (``layer.<i>/output/dense/MatMul``), in layer order."""
+    return [n for n in graph.graph.node if n.op_type == "MatMul" and "/output/dense/" in n.name
+            and "/attention/" not in n.name]
 
 
-def int8_fp32_nodes(graph: Any) -> list[str]:
-    """The weight MatMuls left in fp32: the FFN output projections of the first four
-    layers (:data:`INT8_FP32_FFN_LAYERS`). Their inputs (GELU outputs) have the widest
-    per-tensor ranges. Over the 16,938 test texts of the six datasets (full profile),
-    every weight MatMul in int8 puts texts below cosine 0.99 against sentence-transformers
-    (PopQA alone: 16 of 720, min 0.985); the first two kept in fp32, 5 texts (min
-    0.987); the first four, none of the 60 worst of those (min 0.9919), for about 15%
-    more time than the first two and less than all six (the earlier recipe, with 7-bit
-    weights) (``benchmarks/results/encoder_onnx.json``)."""
-    return [n.name for n in graph.graph.node if n.op_type == "MatMul"
-            and any(f"/layer.{i}/output/dense/" in n.name for i in INT8_FP32_FFN_LAYERS)]
+def _layer(name: str) -> int:
+    return int(name.split("/layer.")[1].split("/")[0])
 
 
-def quantize_int8(fp32: Path, out: Path) -> dict:
-    """ONNX Runtime's dynamic int8 quantisation of the weight MatMuls, per output
-    channel, 8-bit weights where the CPU's int8 kernels cannot saturate (7-bit otherwise),
-    with :func:`int8_fp32_nodes` left in fp32. Returns the recipe (kept in meta.json)."""
+def outlier_channels(fp32: Path, tokenizer: Path, max_seq_length: int,
+                     texts: tuple[str, ...] = CALIBRATION) -> dict[int, list[int]]:
+    """Per layer, the input channels of the FFN output projection whose peak |x| over
+    ``texts`` (each run alone, as the int8 encoder runs them) stands out
+    (:data:`OUTLIER_RATIO`); at most :data:`MAX_OUTLIERS`, largest first."""
+    onnx = require("onnx", "export")
+    ort = require("onnxruntime", "export")
+    model = onnx.load(str(fp32))
+    ffn = ffn_output_matmuls(model)
+    for n in ffn:
+        model.graph.output.append(onnx.helper.make_tensor_value_info(n.input[0], onnx.TensorProto.FLOAT, None))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    tok = load_tokenizer(tokenizer, max_seq_length)
+    peak: list[np.ndarray | None] = [None] * len(ffn)
+    for text in texts:
+        ids, mask = tokenize(tok, [text])
+        for j, x in enumerate(sess.run(None, {"input_ids": ids, "attention_mask": mask})[1:]):
+            m = np.abs(x).reshape(-1, x.shape[-1]).max(0)
+            peak[j] = m if peak[j] is None else np.maximum(peak[j], m)
+    out = {}
+    for n, m in zip(ffn, peak):
+        order = np.argsort(-m)
+        bar = OUTLIER_RATIO * m[order[OUTLIER_REFERENCE - 1]]
+        out[_layer(n.name)] = [int(c) for c in order[:MAX_OUTLIERS] if m[c] > bar]
+    return out
+
+
+def split_outlier_channels(model: Any, channels: dict[int, list[int]]) -> tuple[Any, list[str]]:
+    """Rewrite each FFN output projection ``y = x W`` whose layer has outlier channels O as
+    ``y = x[:, O] W[O] + (x * keep) (W * keep)`` (keep: 0 on O, 1 elsewhere): the same
+    product, but the second MatMul's input no longer holds the outliers, so its per-tensor
+    int8 range fits the other channels (mixed-precision decomposition, as in LLM.int8()).
+    Returns the model (changed in place) and the names of the small fp32 MatMuls."""
+    onnx = require("onnx", "export")
+    from onnx import helper, numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    ffn = {n.name for n in ffn_output_matmuls(model)}
+    nodes, fp32_nodes = [], []
+    for n in model.graph.node:
+        cols = channels.get(_layer(n.name), []) if n.name in ffn else []
+        if not cols:
+            nodes.append(n)
+            continue
+        w = numpy_helper.to_array(inits[n.input[1]]).astype(np.float32)
+        idx = np.asarray(cols, dtype=np.int64)
+        keep = np.ones(w.shape[0], dtype=np.float32)
+        keep[idx] = 0.0
+        p = n.name.rsplit("/", 1)[0] + "/outliers"
+        model.graph.initializer.extend([numpy_helper.from_array(idx, p + "/idx"),
+                                        numpy_helper.from_array(w[idx], p + "/W"),
+                                        numpy_helper.from_array(keep, p + "/keep"),
+                                        numpy_helper.from_array(w * keep[:, None], p + "/W_rest")])
+        nodes += [helper.make_node("Gather", [n.input[0], p + "/idx"], [p + "/x"], axis=-1, name=p + "/Gather"),
+                  helper.make_node("MatMul", [p + "/x", p + "/W"], [p + "/y"], name=p + "/MatMul"),
+                  helper.make_node("Mul", [n.input[0], p + "/keep"], [p + "/x_rest"], name=p + "/Mul"),
+                  helper.make_node("MatMul", [p + "/x_rest", p + "/W_rest"], [p + "/y_rest"], name=n.name),
+                  helper.make_node("Add", [p + "/y", p + "/y_rest"], [n.output[0]], name=p + "/Add")]
+        fp32_nodes.append(p + "/MatMul")
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    onnx.checker.check_model(model)
+    return model, fp32_nodes
+
+
+def quantize_int8(fp32: Path, out: Path, tokenizer: Path, max_seq_length: int) -> dict:
+    """ONNX Runtime's dynamic int8 quantisation of every weight MatMul, per output channel,
+    8-bit weights where the CPU's int8 kernels cannot saturate (7-bit otherwise), after
+    :func:`split_outlier_channels` took the FFN outputs' outlier channels
+    (:func:`outlier_channels`) into small fp32 MatMuls. Returns the recipe (kept in
+    meta.json).
+
+    Recipe 4 kept the first four FFN output projections whole in fp32 instead; this one
+    is about 20% faster at the same accuracy (``docs/decisions/encoder-int8-recipe.md``)."""
     onnx = require("onnx", "export")
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    keep = int8_fp32_nodes(onnx.load(str(fp32)))
+    channels = outlier_channels(fp32, tokenizer, max_seq_length)
+    model, keep = split_outlier_channels(onnx.load(str(fp32)), channels)
+    split = out.with_name(out.stem + ".split.onnx")
+    onnx.save(model, str(split))
     reduce_range = int8_kernels_saturate()
-    quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                     per_channel=True, reduce_range=reduce_range, nodes_to_exclude=keep)
-    return {"recipe": INT8_RECIPE, "per_channel": True, "reduce_range": reduce_range, "fp32_nodes": keep}
+    try:
+        quantize_dynamic(str(split), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                         per_channel=True, reduce_range=reduce_range, nodes_to_exclude=keep,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    finally:
+        split.unlink(missing_ok=True)
+    return {"recipe": INT8_RECIPE, "per_channel": True, "reduce_range": reduce_range,
+            "outlier_channels": {str(k): v for k, v in channels.items()}, "fp32_nodes": keep,
+            "disabled_optimizers": list(INT8_DISABLED_OPTIMIZERS)}
+
+
+def session(ort: Any, graph: Path, quantize: str, threads: int | None = None) -> Any:
+    """An ONNX Runtime CPU session for one graph file (int8: :data:`INT8_DISABLED_OPTIMIZERS`)."""
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+    disabled = list(INT8_DISABLED_OPTIMIZERS) if quantize == "int8" else []
+    return ort.InferenceSession(str(graph), sess_options=opts, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=disabled)
 
 
 def _run_graph(ort: Any, graph: Path, tokenizer: Path, texts: list[str], max_seq_length: int) -> np.ndarray:
     """Embed ``texts`` with one graph file (the exporter's own check)."""
-    sess = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    sess = session(ort, graph, "int8" if graph.name == graph_file("int8") else "fp32")
     ids, mask = tokenize(load_tokenizer(tokenizer, max_seq_length), texts)
     return sess.run(None, {"input_ids": ids, "attention_mask": mask})[0]

@@ -98,7 +98,13 @@ class OnnxEncoder:
         if self._session is not None:
             return self
         ort = require("onnxruntime", "export")
-        from chunksel.export.encoder import default_dir, export_encoder, graph_file, load_tokenizer
+        from chunksel.export.encoder import (
+            default_dir,
+            export_encoder,
+            graph_file,
+            load_tokenizer,
+            session,
+        )
 
         folder = self.path or default_dir(self.model_id)
         meta_file = folder / "meta.json"
@@ -121,11 +127,7 @@ class OnnxEncoder:
             digest = hashlib.sha256((folder / name).read_bytes()).hexdigest()
             if digest != meta.get("sha256", {}).get(name):
                 raise DataError(f"corrupt encoder export {folder}: {name} does not match its checksum")
-        opts = ort.SessionOptions()
-        if self.threads:
-            opts.intra_op_num_threads = self.threads
-            opts.inter_op_num_threads = 1
-        self._session = ort.InferenceSession(str(graph), sess_options=opts, providers=["CPUExecutionProvider"])
+        self._session = session(ort, graph, self.quantize, self.threads)
         self._tok = load_tokenizer(folder / "tokenizer.json", self.max_seq_length)
         self._pad_id = self._tok.token_to_id("[PAD]") or 0
         return self

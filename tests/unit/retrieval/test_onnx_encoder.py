@@ -143,19 +143,49 @@ def test_an_int8_vector_does_not_depend_on_the_texts_encoded_with_it(export_dir,
         np.testing.assert_array_equal(got, alone)
 
 
-def test_the_int8_recipe_is_recorded_and_its_fp32_node_stays_fp32(export_dir):
+def test_the_int8_recipe_is_recorded_and_only_the_outlier_channels_stay_fp32(export_dir):
     import onnx
+    from onnx import numpy_helper
 
-    from chunksel.export.encoder import INT8_RECIPE
+    from chunksel.export.encoder import INT8_DISABLED_OPTIMIZERS, INT8_RECIPE
 
-    meta = json.loads((export_dir / "meta.json").read_text())
-    assert meta["int8"]["recipe"] == INT8_RECIPE and meta["int8"]["per_channel"] is True
-    kept = meta["int8"]["fp32_nodes"]
-    assert len(kept) == 4 and all(f"/layer.{i}/output/dense/" in k for i, k in enumerate(kept))
-    nodes = {n.name: n.op_type for n in onnx.load(str(export_dir / "encoder.int8.onnx")).graph.node}
-    assert all(nodes[k] == "MatMul" for k in kept)  # left as they were
-    quantised = [n for n, op in nodes.items() if op in ("MatMulInteger", "DynamicQuantizeMatMul")]
-    assert len(quantised) >= 6 * 6 - 4  # every other weight MatMul of the 6 layers
+    meta = json.loads((export_dir / "meta.json").read_text())["int8"]
+    assert meta["recipe"] == INT8_RECIPE and meta["per_channel"] is True
+    assert meta["disabled_optimizers"] == list(INT8_DISABLED_OPTIMIZERS)
+    channels = {int(k): v for k, v in meta["outlier_channels"].items()}
+    assert sorted(channels) == list(range(6))
+    # MiniLM's FFN outputs have one or two dominant input channels in the first layers
+    assert all(1 <= len(channels[i]) <= 2 for i in range(4)) and channels[0] == [856]
+    model = onnx.load(str(export_dir / "encoder.int8.onnx"))
+    nodes = {n.name: n for n in model.graph.node}
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    kept = meta["fp32_nodes"]
+    assert len(kept) == sum(1 for v in channels.values() if v)
+    for name in kept:  # a small fp32 MatMul over the outlier channels' rows of W
+        layer = int(name.split("/layer.")[1].split("/")[0])
+        assert nodes[name].op_type == "MatMul"
+        assert inits[nodes[name].input[1]].shape == (len(channels[layer]), 384)
+    quantised = [n for n in nodes.values() if n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul")]
+    assert len(quantised) == 6 * 6  # every weight MatMul of the 6 layers
+
+
+def test_splitting_the_outlier_channels_leaves_the_fp32_graph_unchanged(export_dir, real_texts, tmp_path):
+    """The split is an identity before quantisation: x W = x[:, O] W[O] + (x keep)(W keep)."""
+    import onnx
+    import onnxruntime as ort
+
+    from chunksel.export.encoder import load_tokenizer, outlier_channels, split_outlier_channels, tokenize
+
+    fp32 = export_dir / "encoder.fp32.onnx"
+    channels = outlier_channels(fp32, export_dir / "tokenizer.json", 256)
+    channels[5] = [3, 100, 1535]  # any channels: the product stays the same
+    model, kept = split_outlier_channels(onnx.load(str(fp32)), channels)
+    assert len(kept) == 5
+    ids, mask = tokenize(load_tokenizer(export_dir / "tokenizer.json", 256), real_texts[70:90])
+    feed = {"input_ids": ids, "attention_mask": mask}
+    want = ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(got, want, atol=2e-5)
 
 
 def test_an_int8_export_of_an_older_recipe_in_the_cache_is_made_again(export_dir, tmp_path, monkeypatch):

@@ -108,6 +108,7 @@ def main() -> None:
     from chunksel.retrieval.encoder import Encoder
     from chunksel.retrieval.onnx_encoder import OnnxEncoder
 
+    load_before = os.getloadavg()[0]
     groups = texts(args.questions, args.seed, args.split)
     flat = [t for g in groups for t in g]
     want = Encoder().encode(flat, progress=False)
@@ -134,7 +135,7 @@ def main() -> None:
     result = {"about": {"datasets": list(DATASETS), "split": args.split, "questions_per_dataset": args.questions,
                         "texts": len(flat), "mean_tokens": round(float(np.mean([r.shape[1] for r in rows])), 1),
                         "threads": 1, "onnxruntime": ort.__version__, "machine": platform.processor() or platform.machine(),
-                        "load_before": os.getloadavg()[0], "commit": subprocess.run(
+                        "load_before": load_before, "commit": subprocess.run(
                             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip(),
                         "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}, "graphs": {}}

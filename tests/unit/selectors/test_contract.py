@@ -95,7 +95,9 @@ def test_selector_contract(name: str, tmp_path: Path, toy_instances: list[Instan
     assert (tmp_path / "saved" / "config.json").is_file()
     again = load_selector(tmp_path / "saved")
     assert type(again) is cls
-    np.testing.assert_array_equal(again.score(batch, feats), scores)
+    # the same scores; a torch scorer may differ in the last float32 bit between two runs
+    # (oneDNN's reduction order), e.g. the cross-encoder by 2e-9 on a score of 0.011
+    np.testing.assert_allclose(again.score(batch, feats), scores, rtol=1e-6, atol=0)
 
     # every selector but the LLM ones is calibrated on the validation split by fit
     if cls.query_cost == "llm":

@@ -53,21 +53,18 @@ def texts(questions: int, seed: int, split: str) -> list[list[str]]:
 def graphs(folder: Path, work: Path) -> dict[str, tuple[Path, str]]:
     """name -> (graph file, session kind: "int8" leaves SkipLayerNorm fusion off)."""
     import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from chunksel.export.encoder import (
         ffn_output_matmuls,
-        int8_kernels_saturate,
         outlier_channels,
+        quantize_matmuls,
         split_outlier_channels,
     )
 
     fp32 = folder / "encoder.fp32.onnx"
     names = [n.name for n in ffn_output_matmuls(onnx.load(str(fp32)))]
-    opts = {"weight_type": QuantType.QInt8, "op_types_to_quantize": ["MatMul"], "per_channel": True,
-            "reduce_range": int8_kernels_saturate(), "extra_options": {"DefaultTensorType": onnx.TensorProto.FLOAT}}
-    quantize_dynamic(str(fp32), str(work / "r4.onnx"), nodes_to_exclude=names[:4], **opts)
-    quantize_dynamic(str(fp32), str(work / "all.onnx"), **opts)
+    quantize_matmuls(fp32, work / "r4.onnx", fp32_nodes=names[:4])
+    quantize_matmuls(fp32, work / "all.onnx")
     peaks = outlier_channels(fp32, folder / "tokenizer.json", 256, n=1536)  # every channel, by calibrated peak
     split = {
         # recipe 5: channels whose peak exceeds twice the layer's 16th-largest (1-2 in layers 0-3)
@@ -78,7 +75,7 @@ def graphs(folder: Path, work: Path) -> dict[str, tuple[Path, str]]:
     for name, channels in split.items():
         model, keep = split_outlier_channels(onnx.load(str(fp32)), channels)
         onnx.save(model, str(work / "split.fp32.onnx"))
-        quantize_dynamic(str(work / "split.fp32.onnx"), str(work / f"{name}.onnx"), nodes_to_exclude=keep, **opts)
+        quantize_matmuls(work / "split.fp32.onnx", work / f"{name}.onnx", fp32_nodes=keep)
     return {
         "fp32": (fp32, "fp32"),
         "first four FFN outputs fp32 (recipe 4)": (work / "r4.onnx", "fp32"),
@@ -93,7 +90,7 @@ def graphs(folder: Path, work: Path) -> dict[str, tuple[Path, str]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--questions", type=int, default=100, help="test questions per dataset (default 100)")
+    ap.add_argument("--questions", type=int, default=100, help="questions per dataset (default 100)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--split", choices=("train", "val", "test"), default="test",
                     help="whose texts (default test; the recipe was chosen on train and val texts)")

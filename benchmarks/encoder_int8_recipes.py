@@ -96,6 +96,8 @@ def main() -> None:
                     help="whose texts (default test; the recipe was chosen on train and val texts)")
     ap.add_argument("--out", type=Path, default=None, help="default results/encoder_int8_recipes[_<split>].json")
     args = ap.parse_args()
+    if args.questions < 1:
+        ap.error(f"--questions must be >= 1, got {args.questions}")
     args.out = args.out or RESULTS / ("encoder_int8_recipes.json" if args.split == "test"
                                       else f"encoder_int8_recipes_{args.split}.json")
 

@@ -331,7 +331,8 @@ def fit_calibrator(
     oof = {m: np.full(scores.shape, np.nan) for m in ("isotonic", "platt")}
     for f in np.unique(fold_of):
         tr, te = fold_of != f, fold_of == f
-        if labels[tr][real[tr]].min() == labels[tr][real[tr]].max():
+        y_tr = labels[tr][real[tr]]
+        if y_tr.size == 0 or y_tr.min() == y_tr.max():  # empty, or one class: nothing to fit
             continue
         for m in oof:
             mp = fit_score_map(scores[tr][real[tr]], labels[tr][real[tr]], m)
@@ -347,7 +348,7 @@ def fit_calibrator(
     have = np.isfinite(chunk_oof).any(axis=1)
     for f in np.unique(fold_of):
         tr, te = (fold_of != f) & have, (fold_of == f) & have
-        if not te.any() or ans[tr].min(initial=1) == ans[tr].max(initial=0):
+        if not te.any() or not tr.any() or ans[tr].min() == ans[tr].max():
             continue
         for m in set_oof:
             rt = None if retrieval is None else (retrieval[tr], retrieval[te])

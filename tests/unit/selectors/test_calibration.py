@@ -107,6 +107,17 @@ def test_fit_calibrator_records_its_choices_and_an_auto_operating_point():
         fit_calibrator(scores, np.zeros_like(labels))
 
 
+def test_fit_calibrator_on_a_validation_split_too_small_for_its_folds():
+    # two sets: each fold's training part holds one of them, so one fold has nothing to
+    # learn from; the calibrator still fits (it used to hand scikit-learn zero rows)
+    labels = np.zeros((2, 5), dtype=np.int8)
+    labels[0, 1] = 1
+    scores = np.asarray([[0.1, 2.0, -0.3, 0.0, -1.0], [0.2, -0.5, 0.4, -0.1, 0.3]])
+    cal = fit_calibrator(scores, labels, retrieval=scores.copy())
+    p, ps = cal.chunk_probabilities(scores), cal.set_probabilities(scores)
+    assert np.all((p >= 0) & (p <= 1)) and ps.shape == (2,) and np.all((ps >= 0) & (ps <= 1))
+
+
 def test_trained_selector_is_calibrated_after_fit_and_reloads_identically(tmp_path):
     train, val, test = _splits(_instances())
     sel = SRASSelector(hidden=16, warmup_epochs=30, warmup_lr=1e-2, ppo_epochs=0, progress=False)

@@ -378,7 +378,11 @@ def fit_calibrator(
              else fit_score_map(scores[real], labels[real], chunk_method))
     set_model = fit_set_model(scores, ans, set_method, retrieval)
     pick = np.isfinite(chunk_oof).any(axis=1)
-    t, op = _auto_threshold(chunk_oof[pick], labels[pick], scores[pick])
+    if pick.any():
+        t, op = _auto_threshold(chunk_oof[pick], labels[pick], scores[pick])
+    else:  # too few sets for any fold to hold both classes: the operating point in sample
+        t, op = _auto_threshold(np.where(real, chunk(np.where(real, scores, 0.0)), np.nan), labels, scores)
+        op["in_sample"] = True
     info["auto_operating_point"] = op
     return Calibrator(chunk=chunk, set=set_model, auto_threshold=t, source=source,
                       label_source=label_source, info=info)

@@ -116,6 +116,9 @@ def test_fit_calibrator_on_a_validation_split_too_small_for_its_folds():
     cal = fit_calibrator(scores, labels, retrieval=scores.copy())
     p, ps = cal.chunk_probabilities(scores), cal.set_probabilities(scores)
     assert np.all((p >= 0) & (p <= 1)) and ps.shape == (2,) and np.all((ps >= 0) & (ps <= 1))
+    # one answerable set and its positive's fold: no out-of-fold probabilities at all
+    cal = fit_calibrator(scores[:1], labels[:1])
+    assert cal.info["auto_operating_point"]["in_sample"] and 0 <= cal.auto_threshold <= 1
 
 
 def test_trained_selector_is_calibrated_after_fit_and_reloads_identically(tmp_path):

@@ -129,3 +129,15 @@ def test_selector_reports_trainable_parameters(name: str, tmp_path: Path, toy_in
         assert n_params == 0
     sel.save(tmp_path / "saved")
     assert load_selector(tmp_path / "saved").n_parameters() == n_params
+
+
+def test_available_works_in_a_fresh_interpreter():
+    # available() is the first call of a script listing selectors: it must not rely on
+    # another module having imported importlib.util
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "from chunksel.selectors import available; print(available())"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "'lambdamart'" in out.stdout and "'anchored'" in out.stdout

@@ -188,3 +188,49 @@ def test_worker_parts_skip_pooling_and_failures_name_their_log(tmp_path, monkeyp
     with pytest.raises(ChunkselError, match=r"part 0 \(see .*part-0\.log\), part 1 \(see .*part-1\.log\)"):
         _run_parts("quick", ["no-such-a", "no-such-b"], ["retrieval"], tmp_path / "out", 0, 2, 1)
     assert "no-such-b" in (tmp_path / "out" / "parts" / "part-1.log").read_text()
+
+
+def test_leave_one_dataset_out_never_trains_on_the_held_out_dataset(tmp_path, monkeypatch):
+    """The transfer stage fits each row on the other datasets' training and validation
+    splits only, tests on the held-out one's test split, and reports it."""
+    from chunksel.selectors.ltr import LambdaMARTSelector
+    from chunksel.study.transfer import lodo_pools
+
+    monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path / "cache"))
+    names = ("popqa", "msmarco", "nq")
+    data = {ds: make_toy_instances(n=30, seed=10 + j) for j, ds in enumerate(names)}
+    for ds, insts in data.items():
+        for inst in insts:
+            inst.question.id = f"{ds}:{inst.question.id}"
+            inst.question.dataset = ds
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("id\ttext\ttitle\tsource\n" + "".join(
+        f"{c.id}\t{c.text}\t{c.title}\ttoy\n" for insts in data.values() for i in insts for c in i.candidates))
+    seen: list[tuple[frozenset, frozenset]] = []
+    real_fit = LambdaMARTSelector.fit
+
+    def recording_fit(self, train, features=None, val=None):
+        seen.append((frozenset(i.id.split(":")[0] for i in train), frozenset(i.id.split(":")[0] for i in val or [])))
+        return real_fit(self, train, features, val)
+
+    monkeypatch.setattr(LambdaMARTSelector, "fit", recording_fit)
+    prof = Profile("tiny", limit=30, seeds=(0,), budgets=(), ablation_seeds=(), latency_queries=2,
+                   overrides={"lambdamart": {"corpus": str(corpus)}}, transfer=True)
+    out = run_study(data, ["retrieval", "lambdamart"], prof, None, tmp_path / "t", progress=False, reuse=True)
+    results = json.loads((out / "results.json").read_text())
+
+    lodo = [(tr, va) for tr, va in seen if len(tr) == 2]  # Table 1 fits see one dataset, pooled all three
+    assert sorted(tuple(sorted(set(names) - tr)) for tr, _ in lodo) == [("msmarco",), ("nq",), ("popqa",)]
+    assert all(va == tr for tr, va in lodo)
+    tr = results["transfer"]
+    assert set(tr) == {"retrieval", "lambdamart"} and set(tr["lambdamart"]["held_out"]) == set(names)
+    assert tr["lambdamart"]["vs_reference"] is None and tr["retrieval"]["reference"] == "lambdamart"
+    # retrieval order needs no training: held out, it scores as in Table 1
+    for ds in names:
+        assert tr["retrieval"]["held_out"][ds] == results["table1"]["retrieval"]["per_dataset"][ds]["mean"]
+        lo, hi = tr["lambdamart"]["ci"][ds]
+        assert lo <= tr["lambdamart"]["held_out"][ds] <= hi
+    assert "## Transfer: leave one dataset out" in (out / "report.md").read_text()
+    splits = {ds: {sp: [i for i in data[ds] if i.split == sp] for sp in ("train", "val", "test")} for ds in names}
+    train, val = lodo_pools(splits, "nq")
+    assert train and not any(i.id.startswith("nq:") for i in train + val)

@@ -27,6 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", choices=["grouped", "question"], default=None,
                    help="grouped (the profiles' default: no val/test question shares an evidence passage "
                         "with a training question) or question (a hash of the question text, as before)")
+    p.add_argument("--transfer", action=argparse.BooleanOptionalAction, default=None,
+                   help="the leave-one-dataset-out table (default: the profile's choice, on in full and large)")
     p.add_argument("--part", default=None, metavar="DATASET", help=argparse.SUPPRESS)  # a --jobs worker: the
     # whole study's first dataset (chunksel.study.run.worker_command)
 
@@ -46,7 +48,8 @@ def bench(args: argparse.Namespace, settings: Settings) -> int:
 
     run_bench(profile=args.profile, datasets=args.datasets, selectors=args.selectors,
               out=args.out, seed=args.seed, progress=not settings.quiet, reuse=not args.no_reuse,
-              jobs=args.jobs, threads=settings.threads, part_of=args.part, split=args.split)
+              jobs=args.jobs, threads=settings.threads, part_of=args.part, split=args.split,
+              transfer=args.transfer)
     return 0
 
 

@@ -95,6 +95,7 @@ class Profile:
     llm_selectors: tuple[str, ...] = ("rankgpt", "utility")
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     split: str = "grouped"
+    transfer: bool = False
 
 
 PROFILES = {
@@ -106,12 +107,12 @@ PROFILES = {
                     ablation_seeds=(0, 1, 2), curve_datasets=("triviaqa", "nq"),
                     curve_sizes=(250, 500, 1000, None), overrides={"sras": SRAS_FULL},
                     answer_datasets=DATASETS, answer_sample=ANSWER_SAMPLE_FULL,
-                    llm_datasets=LLM_DATASETS, llm_sample=ANSWER_SAMPLE_FULL),
+                    llm_datasets=LLM_DATASETS, llm_sample=ANSWER_SAMPLE_FULL, transfer=True),
     "large": Profile("large", limit=None, seeds=(0, 1, 2), budgets=(), ablation_seeds=(),
                      curve_datasets=("triviaqa", "nq"), curve_sizes=(500, 1000, 2000, 4000, None),
                      overrides={"sras": SRAS_FULL}, answer_datasets=DATASETS,
                      answer_sample=ANSWER_SAMPLE_FULL, llm_datasets=LLM_DATASETS,
-                     llm_sample=ANSWER_SAMPLE_FULL),
+                     llm_sample=ANSWER_SAMPLE_FULL, transfer=True),
 }
 
 

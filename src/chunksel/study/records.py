@@ -216,6 +216,20 @@ class PooledRow:
 
 
 @dataclass
+class TransferRow:
+    """Leave one dataset out (:mod:`chunksel.study.transfer`): test rank-1 (%) on each
+    held-out dataset of the selector trained on the other datasets, its 95% bootstrap
+    interval and answerable test questions, and (``vs_reference``) its paired difference
+    ``[diff, lo, hi]`` (points) against ``reference`` over all held-out questions together."""
+
+    held_out: dict[str, float]
+    ci: dict[str, list[float]] = field(default_factory=dict)
+    answerable: dict[str, int] = field(default_factory=dict)
+    vs_reference: list[float] | None = None
+    reference: str | None = None
+
+
+@dataclass
 class LearningCurve:
     """Test rank-1 (%) against usable training instances on one dataset."""
 

@@ -29,6 +29,7 @@ from chunksel.study.tables import (
     format_table1,
     format_table2,
     format_table3,
+    format_transfer,
 )
 from chunksel.study.targets import format_flagship_targets
 
@@ -190,6 +191,15 @@ def render_markdown(results: Results, plots: Mapping[str, str] | None = None) ->
             ["curve"],
         ),
         ("Per-dataset vs pooled training", format_pooled(res), "", []),
+        (
+            "Transfer: leave one dataset out",
+            format_transfer(res),
+            "Each row trained on the pooled training splits of the other datasets (early stopping and "
+            "calibration on their validation splits), tested on the held-out dataset's test split; one "
+            "seed. Rank-1 (%) on the answerable test questions with a 95% bootstrap interval; the last "
+            "column is the paired difference against the reference row over every held-out question.",
+            [],
+        ),
         (
             "Further metrics",
             format_extra_metrics(res),

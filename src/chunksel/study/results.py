@@ -26,6 +26,9 @@ same layout without Table 4, and is read as such)::
       "generator_ablation": {"variants": {<label>: {"blocks": [...], "per_dataset": {<dataset>: cell}}},
                              "delta": {<dataset>: comparison}},
       "pooled": {<selector>: {"per_dataset": {<dataset>: %}, "pooled": {<dataset>: %}}},
+      "transfer": {<selector>: {"held_out": {<dataset>: %}, "ci": {<dataset>: [lo, hi]},   # optional
+                                "answerable": {<dataset>: n}, "vs_reference": [d, lo, hi] | null,
+                                "reference": <selector> | null}},
       "significance": {<dataset>: [comparison, ...]},
       "learning_curve": {<dataset>: {"usable_train": int, "sizes": [int],
                                      "per_selector": {<selector>: {<size>: %}}}},
@@ -50,7 +53,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +68,7 @@ from chunksel.study.records import (
     LearningCurve,
     PooledRow,
     Table1Row,
+    TransferRow,
     Variant,
     _cells,
     _map,
@@ -98,6 +102,8 @@ class BenchResults:
     table3: dict[str, BudgetRow] = field(default_factory=dict)
     generator_ablation: GeneratorAblation | None = None
     pooled: dict[str, PooledRow] = field(default_factory=dict)
+    #: selector -> leave-one-dataset-out row (chunksel.study.transfer; full and large profiles)
+    transfer: dict[str, TransferRow] = field(default_factory=dict)
     significance: dict[str, list[Comparison]] = field(default_factory=dict)
     learning_curve: dict[str, LearningCurve] = field(default_factory=dict)
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -145,6 +151,7 @@ class BenchResults:
                 "parts": {k: {d: c.to_dict() for d, c in v.items()} for k, v in ga.parts.items()},
             },
             "pooled": {n: {"per_dataset": r.per_dataset, "pooled": r.pooled} for n, r in self.pooled.items()},
+            "transfer": {n: asdict(r) for n, r in self.transfer.items()},
             "significance": {d: [c.to_dict() for c in cs] for d, cs in self.significance.items()},
             "learning_curve": {d: {"usable_train": c.usable_train, "sizes": c.sizes, "per_selector": c.per_selector}
                                for d, c in self.learning_curve.items()},
@@ -191,6 +198,17 @@ class BenchResults:
                 per_dataset={str(d): _num(v, f"pooled.{n}") for d, v in _map(r.get("per_dataset"), n).items()},
                 pooled={str(d): _num(v, f"pooled.{n}") for d, v in _map(r.get("pooled"), n).items()},
             )
+        transfer = {}
+        for n, r in _map(x.get("transfer"), "transfer").items():
+            r = _map(r, f"transfer.{n}")
+            vs = r.get("vs_reference")
+            transfer[str(n)] = TransferRow(
+                held_out={str(d): _num(v, f"transfer.{n}") for d, v in _map(r.get("held_out"), n).items()},
+                ci={str(d): [_num(b, f"transfer.{n}.ci") for b in v] for d, v in _map(r.get("ci"), n).items()},
+                answerable={str(d): int(v) for d, v in _map(r.get("answerable"), n).items()},
+                vs_reference=None if vs is None else [_num(b, f"transfer.{n}.vs_reference") for b in vs],
+                reference=r.get("reference"),
+            )
         sig = {}
         for d, entries in _map(x.get("significance"), "significance").items():
             entries = entries if isinstance(entries, (list, tuple)) else [entries]
@@ -213,7 +231,8 @@ class BenchResults:
             strongest_baseline_by=x.get("strongest_baseline_by"),
             strongest_per_dataset=dict(_map(x.get("strongest_per_dataset"), "strongest_per_dataset")),
             instance_stats=dict(_map(x.get("instance_stats"), "instance_stats")),
-            table2=table2, table3=table3, generator_ablation=ga, pooled=pooled, significance=sig,
+            table2=table2, table3=table3, generator_ablation=ga, pooled=pooled, transfer=transfer,
+            significance=sig,
             learning_curve=curves, answers=dict(_map(x.get("answers"), "answers")),
             llm=dict(_map(x.get("llm"), "llm")),
             abstention=dict(_map(x.get("abstention"), "abstention")),

@@ -86,11 +86,13 @@ def run_bench(
     threads: int | None = None,
     part_of: str | None = None,
     split: str | None = None,
+    transfer: bool | None = None,
 ) -> Path:
     """Run the study and write the report; returns the report directory.
 
     ``split`` replaces the profile's split scheme (``grouped`` by default; ``question``
-    reproduces the reports made before grouped splits).
+    reproduces the reports made before grouped splits). ``transfer`` replaces the
+    profile's choice of the leave-one-dataset-out stage (on in full and large).
 
     ``reuse=False`` retrains everything instead of reusing results memoised by an
     earlier run on the same instances, features, settings and code.
@@ -117,6 +119,10 @@ def run_bench(
 
         check_split_scheme(split)
         prof = replace(prof, split=split)
+    if transfer is not None:
+        from dataclasses import replace
+
+        prof = replace(prof, transfer=bool(transfer))
     if jobs > 1 and not reuse:
         raise ConfigError("--jobs needs the result memo (leave out --no-reuse)")
     if jobs > 1 and part_of is not None:
@@ -258,6 +264,7 @@ def run_study(
         paper,
         pooled,
         table1,
+        transfer,
     )
     from chunksel.study.report import write_report
     from chunksel.study.tables import format_table1
@@ -288,6 +295,7 @@ def run_study(
         table3=paper.table3(study) if REPRODUCTION in selectors else {},
         generator_ablation=ablations.generator_ablation(study) if FLAGSHIP in selectors else None,
         pooled=pooled.pooled(study, baselines),
+        transfer=transfer.transfer(study),
         significance=ablations.significance(study, baselines),
         learning_curve=curves.learning_curves(study),
         llm=llm_table.llm_table(study),

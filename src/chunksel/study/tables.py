@@ -249,6 +249,40 @@ def format_pooled(results: Results) -> str:
     return md_table(header, rows, ["l", "l"] + ["r"] * (len(datasets) + 1))
 
 
+def format_transfer(results: Results) -> str:
+    """Leave one dataset out: each row's test rank-1 on every held-out dataset (95% bootstrap
+    interval), the average over them, and the paired difference against the reference row
+    over all held-out questions together; a headline sentence first."""
+    res = as_results(results)
+    if not res.transfer:
+        return ""
+    datasets = [d for d in res.datasets if any(d in r.held_out for r in res.transfer.values())]
+    ref = next((r.reference for r in res.transfer.values() if r.reference), None)
+    header = (["Method"] + [dataset_label(d) for d in datasets] + ["Avg."]
+              + ([f"Δ vs {selector_label(ref)} [95% CI]"] if ref else []))
+    rows, avgs = [], {}
+    for name, r in res.transfer.items():
+        cells = []
+        for d in datasets:
+            v, ci = as_number(r.held_out.get(d)), r.ci.get(d) or []
+            cells.append(DASH if v is None else f"{fmt(v)} [{ci[0]:.1f}, {ci[1]:.1f}]" if len(ci) == 2 else fmt(v))
+        avgs[name], _ = average([as_number(r.held_out.get(d)) for d in datasets])
+        row = [selector_label(name)] + cells + [fmt(avgs[name])]
+        if ref:
+            vs = r.vs_reference
+            row.append("(reference)" if name == ref else DASH if not vs else f"{vs[0]:+.2f} [{vs[1]:+.2f}, {vs[2]:+.2f}]")
+        rows.append(row)
+    lead = max((n for n in avgs if avgs[n] is not None), key=lambda n: avgs[n], default=None)
+    head = ""
+    if lead is not None:
+        head = f"Held out, **{selector_label(lead)}** leads on average ({fmt(avgs[lead])})"
+        vs = res.transfer[lead].vs_reference
+        if ref and lead != ref and vs:
+            head += f"; against {selector_label(ref)} {vs[0]:+.2f} points [{vs[1]:+.2f}, {vs[2]:+.2f}] over every held-out question"
+        head += ".\n\n"
+    return head + md_table(header, rows, ["l"] + ["r"] * (len(header) - 1))
+
+
 def significance_rows(results: Results) -> list[tuple[str, Comparison]]:
     """``(dataset, comparison)`` pairs of the significance table in report order."""
     res = as_results(results)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from chunksel.errors import DataError
-from chunksel.study.records import GeneratorAblation, Variant
+from chunksel.study.records import GeneratorAblation, TransferRow, Variant
 from chunksel.study.results import (
     RESULTS_VERSION,
     BenchResults,
@@ -34,6 +34,11 @@ def _results() -> BenchResults:
         learning_curve={"nq": LearningCurve(usable_train=30, sizes=[10, 30],
                                             per_selector={"anchored": {"10": 61.0, "30": 64.0}})},
         answers={"nq": {"questions": 2, "conditions": {}}},
+        transfer={"lambdamart": TransferRow(held_out={"nq": 61.0, "popqa": 70.0}, ci={"nq": [50.0, 70.0], "popqa": [60.0, 80.0]},
+                                            answerable={"nq": 50, "popqa": 40}),
+                  "anchored": TransferRow(held_out={"nq": 63.0, "popqa": 69.0}, ci={"nq": [52.0, 72.0], "popqa": [59.0, 79.0]},
+                                          answerable={"nq": 50, "popqa": 40}, vs_reference=[0.6, -2.0, 3.1],
+                                          reference="lambdamart")},
         generator_ablation=GeneratorAblation(
             variants={"with h, r": Variant(blocks=["hs", "lambdamart"],
                                            per_dataset={"nq": Cell.of([65.0], val_seeds=[70.0]),
@@ -65,6 +70,7 @@ def test_round_trip_is_exact(tmp_path):
     assert back.to_dict() == res.to_dict()
     assert back.table1["anchored"].per_dataset["nq"].val_seeds == [61.0, 62.0, 63.0]
     assert back.significance["nq"][0].acc_b == 60.0
+    assert back.transfer["anchored"].vs_reference == [0.6, -2.0, 3.1] and back.transfer["lambdamart"].reference is None
     assert back.learning_curve["nq"].per_selector["anchored"]["30"] == 64.0
     assert back.generator_ablation.parts["interaction term alone"]["nq"].acc_b == 63.0
     assert data["table1"]["retrieval"]["text_p95_ms"] == 0.02 and "text_p50_ms" not in data["table1"]["anchored"]
@@ -159,3 +165,13 @@ def test_the_parts_ablation_is_rendered_with_its_interval():
     assert "| interaction term alone |" in text  # its accuracy row
     assert "| with h, r | interaction term alone | 50 | 65.00 | 63.00 | +2.00 | [-1.00, +5.00] |" in text
     assert "Validation rank-1, averaged over the datasets" in text and "interaction term alone 77.50" in text
+
+
+def test_transfer_table_leads_with_the_winner_and_its_interval():
+    from chunksel.study.tables import format_transfer
+
+    text = format_transfer(_results())
+    head, table = text.split("\n\n", 1)
+    assert "leads on average (66.00)" in head and "+0.60 points [-2.00, +3.10]" in head
+    assert "(reference)" in table and "61.00 [50.0, 70.0]" in table and "+0.60 [-2.00, +3.10]" in table
+    assert format_transfer(BenchResults(datasets=["nq"], table1={})) == ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from tests.conftest import make_toy_instances
 
 from chunksel.features.base import InMemoryFeatures
@@ -216,21 +217,45 @@ def test_leave_one_dataset_out_never_trains_on_the_held_out_dataset(tmp_path, mo
     monkeypatch.setattr(LambdaMARTSelector, "fit", recording_fit)
     prof = Profile("tiny", limit=30, seeds=(0,), budgets=(), ablation_seeds=(), latency_queries=2,
                    overrides={"lambdamart": {"corpus": str(corpus)}}, transfer=True)
-    out = run_study(data, ["retrieval", "lambdamart"], prof, None, tmp_path / "t", progress=False, reuse=True)
+    wiki = make_toy_instances(n=20, seed=20)
+    for inst in wiki:
+        inst.question.id = f"wikiqa:{inst.question.id}"
+        inst.question.dataset = "wikiqa"
+    out = run_study(data, ["retrieval", "lambdamart"], prof, None, tmp_path / "t", progress=False, reuse=True,
+                    never_trained={"wikiqa": wiki})
     results = json.loads((out / "results.json").read_text())
 
     lodo = [(tr, va) for tr, va in seen if len(tr) == 2]  # Table 1 fits see one dataset, pooled all three
     assert sorted(tuple(sorted(set(names) - tr)) for tr, _ in lodo) == [("msmarco",), ("nq",), ("popqa",)]
     assert all(va == tr for tr, va in lodo)
+    assert not any("wikiqa" in tr or "wikiqa" in va for tr, va in seen)  # never trained on, never validated on
+    assert sum(tr == set(names) for tr, _ in seen) == 2  # the pooled stage and WikiQA's transfer fit
     tr = results["transfer"]
-    assert set(tr) == {"retrieval", "lambdamart"} and set(tr["lambdamart"]["held_out"]) == set(names)
+    assert set(tr) == {"retrieval", "lambdamart"} and set(tr["lambdamart"]["held_out"]) == {*names, "wikiqa"}
+    assert tr["lambdamart"]["never_trained"] == ["wikiqa"] and set(tr["retrieval"]["diff"]) == {*names, "wikiqa"}
     assert tr["lambdamart"]["vs_reference"] is None and tr["retrieval"]["reference"] == "lambdamart"
     # retrieval order needs no training: held out, it scores as in Table 1
     for ds in names:
         assert tr["retrieval"]["held_out"][ds] == results["table1"]["retrieval"]["per_dataset"][ds]["mean"]
         lo, hi = tr["lambdamart"]["ci"][ds]
         assert lo <= tr["lambdamart"]["held_out"][ds] <= hi
-    assert "## Transfer: leave one dataset out" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "## Transfer: leave one dataset out" in report and "(never trained on)" in report
     splits = {ds: {sp: [i for i in data[ds] if i.split == sp] for sp in ("train", "val", "test")} for ds in names}
     train, val = lodo_pools(splits, "nq")
     assert train and not any(i.id.startswith("nq:") for i in train + val)
+
+
+def test_given_candidates_are_ranked_as_a_retriever_hands_them_over():
+    from chunksel.study.transfer import retriever_ranked
+
+    insts = make_toy_instances(n=6, k=5, seed=3)
+    ranked = retriever_ranked(insts, k=3)
+    for before, after in zip(insts, ranked, strict=True):
+        q = before.question.embedding
+        cos = sorted((float(q @ c.embedding) for c in before.candidates), reverse=True)[:3]
+        assert [c.score for c in after.candidates] == pytest.approx(cos)
+        assert [c.rank for c in after.candidates] == [0, 1, 2]
+        assert {c.id for c in after.candidates} <= {c.id for c in before.candidates}
+        assert after.split == before.split and after.label_source == before.label_source
+    assert len(insts[0].candidates) == 5  # the input is left as it was

@@ -34,6 +34,8 @@ DATASET_CORPUS = {
     "squad2": "wiki-w100",
     "hotpotqa": "wiki-w100",
     "msmarco": "msmarco-sub",
+    # WikiQA's candidate sentences come from Wikipedia articles: the Wikipedia passages' statistics
+    "wikiqa": "wiki-w100",
 }
 STATS_VERSION = 1
 #: prefix of the corpus names under which saved statistics are registered

@@ -220,13 +220,19 @@ class TransferRow:
     """Leave one dataset out (:mod:`chunksel.study.transfer`): test rank-1 (%) on each
     held-out dataset of the selector trained on the other datasets, its 95% bootstrap
     interval and answerable test questions, and (``vs_reference``) its paired difference
-    ``[diff, lo, hi]`` (points) against ``reference`` over all held-out questions together."""
+    ``[diff, lo, hi]`` (points) against ``reference`` over the left-out study datasets'
+    questions together."""
 
     held_out: dict[str, float]
     ci: dict[str, list[float]] = field(default_factory=dict)
     answerable: dict[str, int] = field(default_factory=dict)
     vs_reference: list[float] | None = None
     reference: str | None = None
+    #: per held-out dataset, the paired difference ``[diff, lo, hi]`` against ``reference``
+    diff: dict[str, list[float]] = field(default_factory=dict)
+    #: held-out datasets never trained on by any row (e.g. WikiQA), trained on every study dataset;
+    #: not part of ``vs_reference`` or the average
+    never_trained: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -28,7 +28,8 @@ same layout without Table 4, and is read as such)::
       "pooled": {<selector>: {"per_dataset": {<dataset>: %}, "pooled": {<dataset>: %}}},
       "transfer": {<selector>: {"held_out": {<dataset>: %}, "ci": {<dataset>: [lo, hi]},   # optional
                                 "answerable": {<dataset>: n}, "vs_reference": [d, lo, hi] | null,
-                                "reference": <selector> | null}},
+                                "reference": <selector> | null, "diff": {<dataset>: [d, lo, hi]},
+                                "never_trained": [<dataset>]}},
       "significance": {<dataset>: [comparison, ...]},
       "learning_curve": {<dataset>: {"usable_train": int, "sizes": [int],
                                      "per_selector": {<selector>: {<size>: %}}}},
@@ -208,6 +209,8 @@ class BenchResults:
                 answerable={str(d): int(v) for d, v in _map(r.get("answerable"), n).items()},
                 vs_reference=None if vs is None else [_num(b, f"transfer.{n}.vs_reference") for b in vs],
                 reference=r.get("reference"),
+                diff={str(d): [_num(b, f"transfer.{n}.diff") for b in v] for d, v in _map(r.get("diff"), n).items()},
+                never_trained=[str(d) for d in r.get("never_trained") or []],
             )
         sig = {}
         for d, entries in _map(x.get("significance"), "significance").items():

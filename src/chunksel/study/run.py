@@ -149,12 +149,25 @@ def run_bench(
              f"retrieval@1 {s['retrieval_rank1_pct']:.1f}%")
         timings[f"instances:{ds}"] = time.time() - t0
 
+    # the transfer stage's never-trained datasets (WikiQA), in the whole study only
+    never_trained: dict[str, list] = {}
+    if prof.transfer and part_of is None and len(datasets) >= 3:
+        from chunksel.study.transfer import never_trained_instances
+
+        t0 = time.time()
+        never_trained = never_trained_instances(prof.limit, prof.k, seed, prof.split, progress)
+        for ds, insts in never_trained.items():
+            say(f"  transfer, never trained on: {ds}, {len(insts)} questions, "
+                f"answerable@{prof.k} {100 * sum(i.answerable() for i in insts) / max(1, len(insts)):.1f}%")
+        timings["instances:never_trained"] = time.time() - t0
+
     # 2. generator features (only if a selector reads them)
     features = None
     needs_warmup = any("warmup" in getattr(get_selector_class(n), "query_cost", "none") for n in selectors)
     if needs_warmup:
         t0 = time.time()
         questions = [i.question for ds in datasets for i in built[ds].instances]
+        questions += [i.question for insts in never_trained.values() for i in insts]
         say(f"generator features: {len(questions)} questions")
         features = extract_question_features(questions, generator=generator, progress=progress)
         timings["features"] = time.time() - t0
@@ -174,7 +187,8 @@ def run_bench(
         "data_checksums": {ds: built[ds].config.get("inputs") for ds in datasets},
     }
     return run_study(instances, selectors, prof, features, out_dir, seed=seed, progress=progress,
-                     extra_config=extra_config, timings=timings, t_start=t_start, reuse=reuse, part_of=part_of)
+                     extra_config=extra_config, timings=timings, t_start=t_start, reuse=reuse, part_of=part_of,
+                     never_trained=never_trained)
 
 
 def _overlap(built: Any) -> dict:
@@ -240,6 +254,7 @@ def run_study(
     t_start: float | None = None,
     reuse: bool = False,
     part_of: str | None = None,
+    never_trained: dict[str, list] | None = None,
 ) -> Path:
     """Table 1, the ablations, pooled training, significance, learning curves and the
     report, on built instances.
@@ -253,6 +268,8 @@ def run_study(
         part_of: in a worker of ``bench --jobs``: the whole study's first dataset (the
             worker measures the cost columns there only, so its memo keys are the whole
             study's, and pools nothing); None in the whole study.
+        never_trained: datasets the transfer stage tests every row on after training it
+            on all of ``instances`` (:data:`chunksel.study.transfer.NEVER_TRAINED`).
     """
     from chunksel.selectors import get_selector_class
     from chunksel.study import (
@@ -273,6 +290,7 @@ def run_study(
     timings = timings if timings is not None else {}
     t_start = t_start or time.time()
     study = Study(instances, list(selectors), prof, features, seed, progress, reuse, timings, part_of)
+    study.never_trained = dict(never_trained or {})
     t1 = table1.table1(study)
     baselines = [n for n in selectors if get_selector_class(n).role == "baseline"]
     results = BenchResults(

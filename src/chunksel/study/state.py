@@ -49,6 +49,8 @@ class Study:
         self.val_acc: dict[str, dict[str, list[float]]] = {}
         self.answerable: dict[str, np.ndarray] = {}
         self.extra: dict[str, Any] = {}
+        #: the transfer stage's datasets no row is trained on (run_study's never_trained)
+        self.never_trained: dict[str, list] = {}
         self.t1: dict[str, Table1Row] = {}
         #: in a worker of ``bench --jobs``: the whole study's first dataset (else None)
         self.part_of = part_of

@@ -257,21 +257,25 @@ def format_transfer(results: Results) -> str:
     if not res.transfer:
         return ""
     datasets = [d for d in res.datasets if any(d in r.held_out for r in res.transfer.values())]
+    never = [d for d in dict.fromkeys(x for r in res.transfer.values() for x in r.never_trained)
+             if any(d in r.held_out for r in res.transfer.values())]
     ref = next((r.reference for r in res.transfer.values() if r.reference), None)
     header = (["Method"] + [dataset_label(d) for d in datasets] + ["Avg."]
-              + ([f"Δ vs {selector_label(ref)} [95% CI]"] if ref else []))
+              + ([f"Δ vs {selector_label(ref)} [95% CI]"] if ref else [])
+              + [f"{dataset_label(d)} (never trained on)" for d in never])
     rows, avgs = [], {}
+
+    def cell(r, d):
+        v, ci = as_number(r.held_out.get(d)), r.ci.get(d) or []
+        return DASH if v is None else f"{fmt(v)} [{ci[0]:.1f}, {ci[1]:.1f}]" if len(ci) == 2 else fmt(v)
+
     for name, r in res.transfer.items():
-        cells = []
-        for d in datasets:
-            v, ci = as_number(r.held_out.get(d)), r.ci.get(d) or []
-            cells.append(DASH if v is None else f"{fmt(v)} [{ci[0]:.1f}, {ci[1]:.1f}]" if len(ci) == 2 else fmt(v))
         avgs[name], _ = average([as_number(r.held_out.get(d)) for d in datasets])
-        row = [selector_label(name)] + cells + [fmt(avgs[name])]
+        row = [selector_label(name)] + [cell(r, d) for d in datasets] + [fmt(avgs[name])]
         if ref:
             vs = r.vs_reference
             row.append("(reference)" if name == ref else DASH if not vs else f"{vs[0]:+.2f} [{vs[1]:+.2f}, {vs[2]:+.2f}]")
-        rows.append(row)
+        rows.append(row + [cell(r, d) for d in never])
     lead = max((n for n in avgs if avgs[n] is not None), key=lambda n: avgs[n], default=None)
     head = ""
     if lead is not None:
@@ -279,6 +283,14 @@ def format_transfer(results: Results) -> str:
         vs = res.transfer[lead].vs_reference
         if ref and lead != ref and vs:
             head += f"; against {selector_label(ref)} {vs[0]:+.2f} points [{vs[1]:+.2f}, {vs[2]:+.2f}] over every held-out question"
+        for d in never:
+            held = {n: as_number(r.held_out.get(d)) for n, r in res.transfer.items()}
+            best = max((n for n in held if held[n] is not None), key=lambda n: held[n], default=None)
+            if best is not None:
+                head += f". On {dataset_label(d)}, never trained on, **{selector_label(best)}** leads ({fmt(held[best])})"
+                dd = res.transfer[best].diff.get(d)
+                if ref and best != ref and dd:
+                    head += f", {dd[0]:+.2f} [{dd[1]:+.2f}, {dd[2]:+.2f}] against {selector_label(ref)}"
         head += ".\n\n"
     return head + md_table(header, rows, ["l"] + ["r"] * (len(header) - 1))
 

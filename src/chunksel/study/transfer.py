@@ -8,6 +8,13 @@ never saw. One seed (the study's). Each row carries its test rank-1 with a boots
 interval per held-out dataset, and every row but LambdaMART its paired difference against
 LambdaMART over all held-out test questions together.
 
+WikiQA (:data:`NEVER_TRAINED`) is a further held-out column that no row is ever trained
+on: every row is trained on all the study's datasets (pooled) and tested on WikiQA's
+questions (every question of the profile's sample: none is trained on). Its candidate
+sentences ship with the data in document order; :func:`retriever_ranked` orders them as a
+retriever would hand them over (MiniLM cosine to the question, top K), so retrieval order
+means the same there as on the six; their BM25 statistics are the Wikipedia corpus's.
+
 A profile runs the stage where ``Profile.transfer`` is set (full and large), or
 ``chunksel bench --transfer``; it needs at least three datasets.
 """
@@ -15,6 +22,7 @@ A profile runs the stage where ``Profile.transfer`` is set (full and large), or
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -27,14 +35,44 @@ from chunksel.study.records import TransferRow
 TRANSFER_ROWS: tuple[str, ...] = ("retrieval", "bm25", "lambdamart", "crossencoder", FLAGSHIP, "anchored-ce")
 #: the row every other is compared with
 REFERENCE = "lambdamart"
+#: held-out datasets no row is trained on (given candidates, re-ranked by the retriever)
+NEVER_TRAINED: tuple[str, ...] = ("wikiqa",)
+#: build a given-candidates dataset with every candidate (WikiQA ships at most 30 a question)
+_ALL_GIVEN = 64
+
+
+def retriever_ranked(instances: Sequence[Any], k: int) -> list[Any]:
+    """Instances whose given candidates are re-ordered as a retriever hands them over: by
+    the cosine of each candidate's retriever embedding to the question's, the top ``k``,
+    with that cosine as the retrieval score and the new rank."""
+    out = []
+    for inst in instances:
+        q = np.asarray(inst.question.embedding, dtype=np.float64)
+        cos = np.asarray([float(q @ np.asarray(c.embedding, dtype=np.float64)) for c in inst.candidates])
+        order = np.argsort(-cos, kind="stable")[:k]
+        cands = [replace(inst.candidates[j], score=float(cos[j]), rank=r) for r, j in enumerate(order)]
+        out.append(replace(inst, candidates=cands))
+    return out
+
+
+def never_trained_instances(limit: int | None, k: int, seed: int, split: str, progress: bool) -> dict[str, list]:
+    """:data:`NEVER_TRAINED` datasets' instances (every split of the profile's sample),
+    candidates re-ranked by :func:`retriever_ranked`."""
+    from chunksel.build import build_instances
+
+    out = {}
+    for ds in NEVER_TRAINED:
+        built = build_instances(ds, k=_ALL_GIVEN, index="flat", limit=limit, seed=seed, progress=progress,
+                                split=split)
+        out[ds] = retriever_ranked(built.instances, k)
+    return out
 
 
 def lodo_pools(splits: Mapping[str, Mapping[str, Sequence[Any]]], held_out: str) -> tuple[list, list]:
     """The training and validation pools for ``held_out``: the other datasets' training and
-    validation splits (in the study's order), never an instance of ``held_out``."""
-    if held_out not in splits:
-        raise KeyError(f"unknown dataset {held_out!r}")
-    others = [ds for ds in splits if ds != held_out]
+    validation splits (in the study's order), never an instance of ``held_out`` (for a
+    dataset outside the study, such as WikiQA: every dataset's)."""
+    others = [ds for ds in splits if ds != held_out]  # a dataset outside the study: every one
     train = [i for ds in others for i in splits[ds]["train"]]
     val = [i for ds in others for i in splits[ds]["val"]]
     return train, val
@@ -47,14 +85,20 @@ def transfer(study: Any) -> dict[str, TransferRow]:
 
     if not getattr(study.prof, "transfer", False) or len(study.datasets) < 3 or study.part_of:
         return {}
+    from chunksel.study.memo import features_fingerprint, instances_fingerprint
+
     names = [n for n in TRANSFER_ROWS if n in study.selectors]
     hits: dict[str, dict[str, np.ndarray]] = {n: {} for n in names}
-    for held in study.datasets:
-        train, val = lodo_pools(study.splits, held)
-        test = study.splits[held]["test"]
+    extra = dict(getattr(study, "never_trained", None) or {})
+    every = {ds: study.split_fp[ds] for ds in study.datasets}
+    plan = [(held, *lodo_pools(study.splits, held), study.splits[held]["test"], every) for held in study.datasets]
+    for ds, insts in extra.items():
+        ids = [i.id for i in insts]
+        data = {**every, ds: {"test": instances_fingerprint(insts), "features": features_fingerprint(study.features, ids)}}
+        plan.append((ds, *lodo_pools(study.splits, ds), list(insts), data))
+    for held, train, val, test, data in plan:
         for name in names:
-            key = study.memo.key(stage="transfer", held_out=held,
-                                 data={ds: study.split_fp[ds] for ds in study.datasets},
+            key = study.memo.key(stage="transfer", held_out=held, data=data,
                                  **settings_of(name, study.seed, study.prof))
             got = study.memo.get(key)
             if got is None:
@@ -66,16 +110,18 @@ def transfer(study: Any) -> dict[str, TransferRow]:
             say(f"transfer: {name} held out {held}: {100 * hits[name][held].mean():.2f}")
     rows: dict[str, TransferRow] = {}
     for name in names:
-        held_out, ci, n = {}, {}, {}
+        held_out, ci, n, diff = {}, {}, {}, {}
         for ds, h in hits[name].items():
             m, lo, hi = bootstrap_interval(h)
             held_out[ds], ci[ds], n[ds] = 100 * m, [100 * lo, 100 * hi], int(len(h))
+            if REFERENCE in hits and name != REFERENCE:
+                diff[ds] = [100 * x for x in paired_bootstrap(h, hits[REFERENCE][ds])]
         vs = None
         if REFERENCE in hits and name != REFERENCE:
             a = np.concatenate([hits[name][ds] for ds in study.datasets])
             b = np.concatenate([hits[REFERENCE][ds] for ds in study.datasets])
-            d, lo, hi = paired_bootstrap(a, b)
-            vs = [100 * d, 100 * lo, 100 * hi]
+            vs = [100 * x for x in paired_bootstrap(a, b)]
         rows[name] = TransferRow(held_out=held_out, ci=ci, answerable=n, vs_reference=vs,
-                                 reference=REFERENCE if vs is not None else None)
+                                 reference=REFERENCE if vs is not None else None, diff=diff,
+                                 never_trained=list(extra))
     return rows

@@ -118,6 +118,9 @@ def anchored_graph_bytes(selector: Any, quantize: str = "fp32") -> bytes:
     selector._check_fitted()
     if quantize not in ("fp32", "int8"):
         raise ConfigError(f"quantize must be 'fp32' or 'int8', got {quantize!r}")
+    if getattr(selector, "anchor", "retrieval") != "retrieval":
+        raise ConfigError(f"the anchored graph is anchored on retrieval order; this selector's anchor is "
+                          f"{selector.anchor!r} (score it in Python)")
     names = input_names(selector)
     dyn = {n: {0: "n"} for n in names}
     dyn["scores"] = {0: "n"}

@@ -58,6 +58,8 @@ from chunksel.training.trainer import StandardScaler
 from chunksel.types import Instance
 
 ANCHORED_BLOCKS = ("hs", "rw", "q", "chunk", "letor", "lambdamart")
+#: the orders the scorer may be anchored on (``anchor``)
+ANCHORS = ("retrieval", "lambdamart")
 X_BLOCKS = ("hs", "rw", "q", "chunk")
 WEIGHTS = "model.safetensors"
 #: the internal LambdaMART's trees (block ``lambdamart``), LightGBM's text format
@@ -100,6 +102,12 @@ class AnchoredPrototypeSelector(Selector):
             (block ``lambdamart``).
         members: scorers trained from seeds ``seed * members + j`` and averaged (one
             internal LambdaMART and one set of inputs for all of them).
+        anchor: the order the untrained scorer reproduces and the guard keeps it at or
+            above on validation: ``"retrieval"`` (the retriever's order) or ``"lambdamart"``
+            (the internal LambdaMART's order, block ``lambdamart``: each instance's
+            candidates are handed to the scorer sorted by its score - the cross-fitted one
+            on the training split - and the scores mapped back to the input order). The
+            ONNX export supports ``"retrieval"`` only.
         seed: seeds initialisation, shuffling and a carved validation split.
         label: label spec for training (default: each instance's own).
         device: torch device for training.
@@ -137,6 +145,7 @@ class AnchoredPrototypeSelector(Selector):
         b: float = 0.75,
         ltr_folds: int = 5,
         members: int = 3,
+        anchor: str = "retrieval",
         seed: int = 0,
         label: str | None = None,
         device: str = "cpu",
@@ -163,6 +172,7 @@ class AnchoredPrototypeSelector(Selector):
         self.b = b
         self.ltr_folds = ltr_folds
         self.members = members
+        self.anchor = anchor
         self.seed = seed
         self.label = label
         self.device = device
@@ -217,10 +227,11 @@ class AnchoredPrototypeSelector(Selector):
         return out
 
     def _phi(self, batch: Sequence[Instance], q: np.ndarray, e: np.ndarray, m: np.ndarray,
-             ltr: np.ndarray | None = None) -> np.ndarray:
+             ltr: np.ndarray | None = None, lf: np.ndarray | None = None) -> np.ndarray:
         """(B, K, F) interaction features (0 at padding); ``ltr`` overrides the internal
-        LambdaMART's scores (the cross-fitted ones of the training split)."""
-        lf = self._letor(batch)
+        LambdaMART's scores (the cross-fitted ones of the training split), ``lf`` gives the
+        batch's LETOR features when they are already computed."""
+        lf = self._letor(batch) if lf is None else lf
         cols = []
         if "letor" in self.blocks:
             cos = np.einsum("bd,bkd->bk", q, e)
@@ -332,16 +343,31 @@ class AnchoredPrototypeSelector(Selector):
 
     def _arrays(self, batch: Sequence[Instance], features: QuestionFeatures | None,
                 labels: bool, ltr: np.ndarray | None = None) -> dict[str, np.ndarray | None]:
+        """The scorer's inputs; with ``anchor="lambdamart"`` each instance's candidates in
+        the internal LambdaMART's order (``"order"``: input index of each position)."""
         batch = list(batch)
         q, e, m = self._embeddings(batch)
-        x = self._x(batch, features, q, e)
-        phi = self._phi(batch, q, e, m, ltr) if self._has_phi else None
-        out: dict[str, np.ndarray | None] = {"q": q, "e": e, "x": x, "phi": phi, "m": m}
+        phi, order = None, None
+        if self._has_phi:
+            lf = self._letor(batch)
+            if "lambdamart" in self.blocks and ltr is None:
+                ltr = self._ltr_scores(lf, m)
+            phi = self._phi(batch, q, e, m, ltr, lf)
+        y = None
         if labels:
             y = np.zeros((len(batch), self.k), dtype=np.int8)
             for i, inst in enumerate(batch):
                 lab = inst.labels(self.label)[: self.k]
                 y[i, : len(lab)] = lab
+        if self.anchor == "lambdamart":
+            # real candidates first, by score; ties keep the retrieval order
+            order = np.argsort(-np.where(m, ltr, -np.inf), axis=1, kind="stable")
+            rows = np.arange(len(batch))[:, None]
+            e, m, phi = e[rows, order], m[rows, order], phi[rows, order]
+            y = None if y is None else y[rows, order]
+        x = self._x(batch, features, q, e)
+        out: dict[str, np.ndarray | None] = {"q": q, "e": e, "x": x, "phi": phi, "m": m, "order": order}
+        if labels:
             out["y"] = y
         return out
 
@@ -371,6 +397,10 @@ class AnchoredPrototypeSelector(Selector):
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if "lambdamart" in self.blocks and int(self.ltr_folds) < 2:
             raise ConfigError(f"ltr_folds must be >= 2, got {self.ltr_folds}")
+        if self.anchor not in ANCHORS:
+            raise ConfigError(f"anchor must be one of {', '.join(ANCHORS)}, got {self.anchor!r}")
+        if self.anchor == "lambdamart" and "lambdamart" not in self.blocks:
+            raise ConfigError("anchor='lambdamart' needs the lambdamart block")
 
     def fit(
         self,
@@ -415,6 +445,10 @@ class AnchoredPrototypeSelector(Selector):
             return None if a is None else torch.from_numpy(np.ascontiguousarray(a))
 
         s = self.model_(t(arr["q"]), t(arr["e"]), t(arr["x"]), t(arr["phi"])).numpy()
+        if arr.get("order") is not None:  # back to the input order
+            back = np.empty_like(s)
+            np.put_along_axis(back, arr["order"], s, axis=1)
+            s = back
         return s[:, : min(k, self.k)]
 
     # --------------------------------------------------------------- save/load

@@ -262,3 +262,47 @@ def test_query_time_inputs_follow_the_blocks(blocks, expected):
     from chunksel.selectors.provenance import selector_inputs
 
     assert selector_inputs(make_selector("anchored", blocks=blocks)) == frozenset(expected)
+
+
+def test_lambdamart_anchor_untrained_ranks_as_lambdamart_and_scores_come_back_in_input_order(tmp_path):
+    """anchor="lambdamart": the untrained scorer reproduces the internal LambdaMART's order
+    (the guard's floor), and scores are returned for the candidates as given."""
+    inst = make_toy_instances(n=60, seed=11)
+    train = [x for x in inst if x.split == "train"]
+    val = [x for x in inst if x.split == "val"]
+    corpus = _corpus(inst, tmp_path / "c.tsv")
+    sel = make_selector("anchored", corpus=corpus, blocks="q+letor+lambdamart", anchor="lambdamart",
+                        max_epochs=2, **SMALL)
+    sel.fit(train, None, val)
+    lf, (_, _, m) = sel._letor(inst), sel._embeddings(inst)
+    ltr = np.where(m, sel._ltr_scores(lf, m), -np.inf)
+    untrained = AnchoredScorer(sel.model_.members[0].x_dim, sel.model_.members[0].phi_dim, 5,
+                               sel.emb_dim_, 16, 2, 8, 2, 0.3, 0.1)
+    sel.model_ = untrained.eval()
+    scores = sel.score(inst)
+    for row, want, mask in zip(scores, ltr, m, strict=True):
+        got = np.argsort(-row[mask], kind="stable")
+        assert (got == np.argsort(-want[mask], kind="stable")).all()
+    # the fitted scorer is never below LambdaMART's order on validation, and reloads exactly
+    sel.fit(train, None, val)
+    assert sel.summary_["best_val_acc"] >= sel.summary_["val_acc_retrieval"]
+    sel.save(tmp_path / "m")
+    again = load_selector(tmp_path / "m")
+    assert again.anchor == "lambdamart"
+    np.testing.assert_array_equal(again.score(inst), sel.score(inst))
+
+
+def test_lambdamart_anchor_settings_are_checked(tmp_path):
+    inst = make_toy_instances(n=20, seed=12)
+    with pytest.raises(ConfigError, match="anchor must be one of"):
+        make_selector("anchored", anchor="bm25").fit(inst)
+    with pytest.raises(ConfigError, match="needs the lambdamart block"):
+        make_selector("anchored", anchor="lambdamart", blocks="q+letor").fit(inst)
+    pytest.importorskip("onnxruntime")
+    from chunksel.export.anchored import anchored_graph_bytes
+
+    sel = make_selector("anchored", corpus=_corpus(inst, tmp_path / "c.tsv"), blocks="q+letor+lambdamart",
+                        anchor="lambdamart", max_epochs=1, **SMALL)
+    sel.fit([x for x in inst if x.split == "train"], None, [x for x in inst if x.split == "val"])
+    with pytest.raises(ConfigError, match="anchored on retrieval order"):
+        anchored_graph_bytes(sel)

@@ -8,6 +8,8 @@ its blocks use), and returns the scores:
     ``q``   (n, d) float32: the question's retriever embedding;
     ``e``   (n, K, d) float32: the candidates' retriever embeddings, retrieval order,
             all-zero rows at padded slots;
+    (with ``anchor="lambdamart"`` the candidates of ``e`` and ``phi`` come in the internal
+    LambdaMART's order; :class:`OnnxAnchored` maps the scores back with ``order``)
     ``phi`` (n, K, F) float32: the raw interaction features
             (:meth:`~chunksel.selectors.anchored.AnchoredPrototypeSelector.graph_inputs`:
             the LETOR features, which need the corpus's BM25 statistics, and with the
@@ -118,9 +120,6 @@ def anchored_graph_bytes(selector: Any, quantize: str = "fp32") -> bytes:
     selector._check_fitted()
     if quantize not in ("fp32", "int8"):
         raise ConfigError(f"quantize must be 'fp32' or 'int8', got {quantize!r}")
-    if getattr(selector, "anchor", "retrieval") != "retrieval":
-        raise ConfigError(f"the anchored graph is anchored on retrieval order; this selector's anchor is "
-                          f"{selector.anchor!r} (score it in Python)")
     names = input_names(selector)
     dyn = {n: {0: "n"} for n in names}
     dyn["scores"] = {0: "n"}
@@ -137,6 +136,7 @@ def anchored_graph_bytes(selector: Any, quantize: str = "fp32") -> bytes:
         "chunksel.inputs": json.dumps(names),
         "chunksel.blocks": json.dumps(list(selector.blocks)),
         "chunksel.k": str(selector.k),
+        "chunksel.anchor": selector._anchor(),
         "chunksel.quantize": quantize,
         "chunksel.generator_id": selector.generator_id,
         "chunksel.encoder_id": selector.encoder_id,
@@ -196,9 +196,19 @@ class OnnxAnchored:
         self.meta = dict(meta)
 
     def scores(self, **arrays: np.ndarray) -> np.ndarray:
-        """(n, K) scores from the named inputs (``h``, ``r``, ``q``, ``e``, ``phi`` as used)."""
+        """(n, K) scores from the named inputs (``h``, ``r``, ``q``, ``e``, ``phi`` as used),
+        in the candidates' input order: a graph anchored on LambdaMART's order takes them in
+        that order and ``order`` (each position's input index, from ``graph_inputs``) maps
+        the scores back."""
         missing = [n for n in self.inputs if n not in arrays]
+        if self.meta.get("chunksel.anchor", "retrieval") != "retrieval" and "order" not in arrays:
+            missing.append("order")
         if missing:
             raise DataError(f"the anchored graph needs inputs {self.inputs}; missing {missing}")
         feed = {n: np.ascontiguousarray(arrays[n], dtype=np.float32) for n in self.inputs}
-        return self.session.run(["scores"], feed)[0]
+        out = self.session.run(["scores"], feed)[0]
+        if arrays.get("order") is not None:
+            back = np.empty_like(out)
+            np.put_along_axis(back, np.asarray(arrays["order"], dtype=np.int64), out, axis=1)
+            out = back
+        return out

@@ -24,6 +24,10 @@ term moves a score by up to ``2 / tau`` = 20 logits, the anchor by ``beta`` per 
 seeds on the same inputs (the selector's ``members``); untrained, it too ranks exactly
 as retrieval order.
 
+"Retrieval order" here is the order the candidates are handed over in: the anchored
+selector may hand them in its stacked LambdaMART's order instead (its ``anchor`` setting),
+and then the untrained scorer ranks as that LambdaMART.
+
 The design answers two weaknesses of the paper's MLP (``nn/prototype.py``) on small
 training sets: it must relearn "the top chunk is usually right" from the chunk
 embeddings alone, and it never sees the question embedding or any lexical

@@ -59,7 +59,7 @@ from chunksel.types import Instance
 
 ANCHORED_BLOCKS = ("hs", "rw", "q", "chunk", "letor", "lambdamart")
 #: the orders the scorer may be anchored on (``anchor``)
-ANCHORS = ("retrieval", "lambdamart")
+ANCHORS = ("auto", "retrieval", "lambdamart")
 X_BLOCKS = ("hs", "rw", "q", "chunk")
 WEIGHTS = "model.safetensors"
 #: the internal LambdaMART's trees (block ``lambdamart``), LightGBM's text format
@@ -85,7 +85,8 @@ def _unit(v: np.ndarray) -> np.ndarray:
 
 
 class AnchoredPrototypeSelector(Selector):
-    """Retrieval order plus learned prototype and interaction corrections.
+    """An anchor order (the stacked LambdaMART's by default, or retrieval's) plus learned
+    prototype and interaction corrections.
 
     Args:
         k: candidates per instance (K); fewer are padded and masked, more are cut.
@@ -103,7 +104,10 @@ class AnchoredPrototypeSelector(Selector):
         members: scorers trained from seeds ``seed * members + j`` and averaged (one
             internal LambdaMART and one set of inputs for all of them).
         anchor: the order the untrained scorer reproduces and the guard keeps it at or
-            above on validation: ``"retrieval"`` (the retriever's order) or ``"lambdamart"``
+            above on validation: ``"auto"`` (the default: ``"lambdamart"`` with the
+            ``lambdamart`` block, else ``"retrieval"``; chosen on validation,
+            ``docs/decisions/anchored-lambdamart-anchor.md``), ``"retrieval"`` (the
+            retriever's order) or ``"lambdamart"``
             (the internal LambdaMART's order, block ``lambdamart``: each instance's
             candidates are handed to the scorer sorted by its score - the cross-fitted one
             on the training split - and the scores mapped back to the input order). The
@@ -145,7 +149,7 @@ class AnchoredPrototypeSelector(Selector):
         b: float = 0.75,
         ltr_folds: int = 5,
         members: int = 3,
-        anchor: str = "retrieval",
+        anchor: str = "auto",
         seed: int = 0,
         label: str | None = None,
         device: str = "cpu",
@@ -193,6 +197,15 @@ class AnchoredPrototypeSelector(Selector):
         """Unit ``q`` (B, d), unit ``e`` (B, K, d) (zeros at padding) and the (B, K) real mask."""
         q, e, m = embedding_arrays(batch, self.k, getattr(self, "emb_dim_", None), "the anchored selector")
         return _unit(q), _unit(e), m
+
+    def _anchor(self) -> str:
+        """The anchor in force: the fitted (or loaded) one, else ``anchor`` resolved."""
+        got = getattr(self, "anchor_", None)
+        if got:
+            return got
+        if self.anchor == "auto":
+            return "lambdamart" if "lambdamart" in self.blocks else "retrieval"
+        return self.anchor
 
     @property
     def _has_phi(self) -> bool:
@@ -325,20 +338,24 @@ class AnchoredPrototypeSelector(Selector):
     def graph_inputs(self, batch: Sequence[Instance], features: QuestionFeatures | None = None) -> dict[str, np.ndarray]:
         """The exported ONNX graph's inputs for ``batch`` (:mod:`chunksel.export.anchored`):
         ``h``, ``r`` as the store gives them, unit ``q`` and ``e`` (zeros at padding) and the
-        raw interaction features ``phi``; the graph scales them itself."""
+        raw interaction features ``phi``; the graph scales them itself. With
+        ``anchor="lambdamart"`` the candidates come in the internal LambdaMART's order and
+        ``order`` (each position's input index) maps the graph's scores back."""
         batch = list(batch)
-        q, e, m = self._embeddings(batch)
-        out: dict[str, np.ndarray] = {"q": q, "e": e}
+        if ("hs" in self.blocks or "rw" in self.blocks) and features is None:
+            raise DataError("the anchored selector's graph needs generator features (h, r)")
+        arr = self._arrays(batch, features, labels=False)
+        out: dict[str, np.ndarray] = {"q": arr["q"], "e": arr["e"]}
         if "hs" in self.blocks or "rw" in self.blocks:
-            if features is None:
-                raise DataError("the anchored selector's graph needs generator features (h, r)")
             got = features.lookup([i.id for i in batch])
             if "hs" in self.blocks:
                 out["h"] = np.asarray(got["h"], dtype=np.float32)
             if "rw" in self.blocks:
                 out["r"] = np.asarray(got["r"], dtype=np.float32)
         if self._has_phi:
-            out["phi"] = self._phi(batch, q, e, m)
+            out["phi"] = arr["phi"]
+        if arr["order"] is not None:
+            out["order"] = arr["order"]
         return out
 
     def _arrays(self, batch: Sequence[Instance], features: QuestionFeatures | None,
@@ -359,7 +376,7 @@ class AnchoredPrototypeSelector(Selector):
             for i, inst in enumerate(batch):
                 lab = inst.labels(self.label)[: self.k]
                 y[i, : len(lab)] = lab
-        if self.anchor == "lambdamart":
+        if self._anchor() == "lambdamart":
             # real candidates first, by score; ties keep the retrieval order
             order = np.argsort(-np.where(m, ltr, -np.inf), axis=1, kind="stable")
             rows = np.arange(len(batch))[:, None]
@@ -411,6 +428,8 @@ class AnchoredPrototypeSelector(Selector):
         """Scale the inputs on ``train``, train, and keep the best validation candidate."""
         self._validate()
         self.fitted_ = False
+        self.anchor_ = None
+        self.anchor_ = self._anchor()
         train = list(train)
         self.ltr_ = None
         ltr_train = self._fit_ltr(train, val) if "lambdamart" in self.blocks else None
@@ -465,6 +484,7 @@ class AnchoredPrototypeSelector(Selector):
             "x_scaler": sc(self.x_scaler_),
             "phi_scaler": sc(self.phi_scaler_),
             "summary": {k: v for k, v in self.summary_.items() if k not in ("train_loss", "val_acc")},
+            "anchor": self._anchor(),
         }
 
     def _save_state(self, path: Path) -> None:
@@ -508,6 +528,10 @@ class AnchoredPrototypeSelector(Selector):
             raise DataError(f"corrupt checkpoint {file}: {str(err).splitlines()[0][:300]}") from None
         self.model_ = model.eval()
         self.summary_ = dict(state.get("summary") or {})
+        # checkpoints from before the anchor setting were anchored on retrieval order
+        self.anchor_ = str(state.get("anchor") or "retrieval")
+        if self.anchor_ not in ANCHORS[1:]:
+            raise DataError(f"corrupt checkpoint {path / 'config.json'}: unknown anchor {self.anchor_!r}")
         self.ltr_ = None
         if "lambdamart" in self.blocks:
             from chunksel.selectors.ltr import load_booster

@@ -120,7 +120,7 @@ def test_validation_selection_never_below_retrieval_order(tmp_path):
     train = [x for x in inst if x.split == "train"]
     val = [x for x in inst if x.split == "val"]
     sel = make_selector("anchored", corpus=_corpus(inst, tmp_path / "c.tsv"), max_epochs=15, patience=15,
-                        lr=1e-2, **SMALL)
+                        lr=1e-2, anchor="retrieval", **SMALL)
     sel.fit(train, _features(inst), val)
     assert sel.summary_["best_epoch"] == 0 and sel.summary_["member_best_epoch"] == [0, 0, 0]
     assert sel.summary_["best_val_acc"] >= sel.summary_["val_acc_retrieval"] == 1.0
@@ -299,10 +299,38 @@ def test_lambdamart_anchor_settings_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="needs the lambdamart block"):
         make_selector("anchored", anchor="lambdamart", blocks="q+letor").fit(inst)
     pytest.importorskip("onnxruntime")
-    from chunksel.export.anchored import anchored_graph_bytes
+    from chunksel.export.anchored import OnnxAnchored, anchored_graph_bytes
 
-    sel = make_selector("anchored", corpus=_corpus(inst, tmp_path / "c.tsv"), blocks="q+letor+lambdamart",
-                        anchor="lambdamart", max_epochs=1, **SMALL)
+    inst = make_toy_instances(n=40, seed=13)
+    sel = make_selector("anchored", corpus=_corpus(inst, tmp_path / "c.tsv"), blocks="q+chunk+letor+lambdamart",
+                        anchor="lambdamart", max_epochs=3, **SMALL)
     sel.fit([x for x in inst if x.split == "train"], None, [x for x in inst if x.split == "val"])
-    with pytest.raises(ConfigError, match="anchored on retrieval order"):
-        anchored_graph_bytes(sel)
+    graph = OnnxAnchored(anchored_graph_bytes(sel))
+    inputs = sel.graph_inputs(inst)
+    assert (inputs["order"] != np.arange(5)).any()  # the test would see an unmapped order
+    got, want = graph.scores(**inputs), sel.score(inst)
+    np.testing.assert_allclose(np.where(np.isfinite(want), got, 0), np.where(np.isfinite(want), want, 0),
+                               rtol=1e-4, atol=1e-4)
+    inputs.pop("order")
+    with pytest.raises(DataError, match="missing \\['order'\\]"):
+        graph.scores(**inputs)
+
+
+def test_auto_anchor_follows_the_blocks_and_old_checkpoints_stay_retrieval_anchored(tmp_path):
+    import json
+
+    inst = make_toy_instances(n=30, seed=14)
+    corpus = _corpus(inst, tmp_path / "c.tsv")
+    assert make_selector("anchored")._anchor() == "lambdamart"
+    assert make_selector("anchored", blocks="q+letor")._anchor() == "retrieval"
+    sel = make_selector("anchored", corpus=corpus, blocks="q+letor+lambdamart", max_epochs=2, **SMALL)
+    sel.fit([x for x in inst if x.split == "train"], None, [x for x in inst if x.split == "val"])
+    sel.save(tmp_path / "m")
+    assert load_selector(tmp_path / "m")._anchor() == "lambdamart"
+    # a checkpoint written before the anchor setting: its state names no anchor
+    cfg_file = tmp_path / "m" / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    text = json.dumps(cfg).replace('"anchor": "lambdamart", ', "").replace(', "anchor": "lambdamart"', "")
+    cfg_file.write_text(text)
+    old = load_selector(tmp_path / "m")
+    assert old._anchor() == "retrieval"

@@ -118,8 +118,11 @@ def format_flagship_targets(results: Results) -> str:
     ):
         m = t.get(key)
         if m is not None:
-            rows.append([label, f"{m:+.2f}", f"≥ +{target:.2f}", _verdict(m >= target),
-                         DASH if m >= target else f"{target - m:.2f} pp"])
+            # a value that misses by less than the last shown digit gets one more digit each
+            short = target - m
+            dig = 2 if m >= target or short >= 0.005 else 3 if short >= 0.0005 else 4
+            rows.append([label, f"{m:+.{dig}f}", f"≥ +{target:.2f}", _verdict(m >= target),
+                         DASH if m >= target else f"{short:.{dig}f} pp"])
     need = int(T["significantly_better_large"])
     n_ds = len(t["datasets"])
     rows.append([f"Significantly better than the strongest baseline (large profile: ≥ {need} of {n_ds})",

@@ -288,6 +288,15 @@ def test_flagship_targets_measured_verdicts_and_shortfalls():
     assert "## The flagship against its targets" in render_markdown(_flagship_results("full"))
 
 
+def test_a_target_missed_by_less_than_a_shown_digit_shows_the_digit():
+    from chunksel.study.targets import format_flagship_targets
+
+    r = _flagship_results("full")
+    r["table1"]["retrieval"]["per_dataset"]["nq"] = {"seeds": [70.01], "n": 100}  # margin 7.995
+    row = _row(format_flagship_targets(r), "Average above retrieval order")
+    assert row[1:5] == ["+7.995", "≥ +8.00", "not met", "0.005 pp"]
+
+
 def test_flagship_targets_use_every_dataset_even_where_retrieval_order_is_strongest():
     """On PopQA the strongest baseline (chosen on validation) is retrieval order: the
     targets still average over all three datasets (Table 1's averages), and PopQA's

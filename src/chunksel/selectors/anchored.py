@@ -259,52 +259,11 @@ class AnchoredPrototypeSelector(Selector):
         return (np.concatenate([raw, centred], axis=2) * m[:, :, None]).astype(np.float32)
 
     def _fit_ltr(self, train: Sequence[Instance], val: Sequence[Instance] | None) -> np.ndarray:
-        """Train the internal LambdaMART on ``train`` (early-stopped on ``val``) into
-        ``self.ltr_``; return the cross-fitted (B, K) scores of ``train``: each fold's
-        by a ranker trained on the other folds' contested instances."""
-        from chunksel.selectors.ltr import LambdaMARTSelector, train_lambdarank
+        """Train the internal LambdaMART into ``self.ltr_``; the training split's cross-fitted
+        scores (:func:`~chunksel.selectors.anchored_ltr.fit_internal_lambdamart`)."""
+        from chunksel.selectors.anchored_ltr import fit_internal_lambdamart
 
-        defaults = LambdaMARTSelector()
-
-        def rows(batch: Sequence[Instance]):
-            kept = [i for i in batch if i.contested(self.label)]
-            if not kept:
-                return None
-            lf = self._letor(kept)
-            _, _, m = self._embeddings(kept)
-            y = np.concatenate([np.asarray(i.labels(self.label))[: self.k] for i in kept]).astype(np.int32)
-            return lf[m], y, [int(r.sum()) for r in m]
-
-        valid = rows(val or [])  # early stopping: the same validation rows for every ranker
-
-        def fit(batch: Sequence[Instance]):
-            data = rows(batch)
-            if data is None:
-                raise DataError("the anchored selector's lambdamart block: no training instance has both a "
-                                "positive and a negative candidate")
-            return train_lambdarank(
-                *data, valid, n_estimators=defaults.n_estimators, learning_rate=defaults.learning_rate,
-                num_leaves=defaults.num_leaves, min_child_samples=defaults.min_child_samples,
-                early_stopping_rounds=defaults.early_stopping_rounds, seed=self.seed, n_jobs=1,
-            )
-
-        train = list(train)
-        self.ltr_ = fit(train)
-        lf = self._letor(train)
-        _, _, m = self._embeddings(train)
-        folds = np.random.default_rng(self.seed).permutation(len(train)) % self.ltr_folds
-        out = np.zeros(m.shape, dtype=np.float64)
-        for f in range(self.ltr_folds):
-            rest = [train[i] for i in np.flatnonzero(folds != f)]
-            held = np.flatnonzero(folds == f)
-            if not len(held):
-                continue
-            fold_model = fit(rest) if any(i.contested(self.label) for i in rest) else self.ltr_
-            sub, mh = np.zeros((len(held), self.k)), m[held]
-            if mh.any():
-                sub[mh] = fold_model.predict(lf[held][mh])
-            out[held] = sub
-        return out
+        return fit_internal_lambdamart(self, train, val)
 
     def _x(self, batch: Sequence[Instance], features: QuestionFeatures | None, q: np.ndarray,
            e: np.ndarray) -> np.ndarray | None:

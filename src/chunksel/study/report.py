@@ -196,8 +196,10 @@ def render_markdown(results: Results, plots: Mapping[str, str] | None = None) ->
             format_transfer(res),
             "Each row trained on the pooled training splits of the other datasets (early stopping and "
             "calibration on their validation splits), tested on the held-out dataset's test split; one "
-            "seed. Rank-1 (%) on the answerable test questions with a 95% bootstrap interval; the last "
-            "column is the paired difference against the reference row over every held-out question.",
+            "seed. Rank-1 (%) on the answerable test questions with a 95% bootstrap interval; the Δ "
+            "column is the paired difference against the reference row over every held-out question of "
+            "the study's datasets; a dataset never trained on (WikiQA: every row trained on all of them) "
+            "comes last, outside the average and the Δ.",
             [],
         ),
         (

@@ -110,8 +110,8 @@ class AnchoredPrototypeSelector(Selector):
             retriever's order) or ``"lambdamart"``
             (the internal LambdaMART's order, block ``lambdamart``: each instance's
             candidates are handed to the scorer sorted by its score - the cross-fitted one
-            on the training split - and the scores mapped back to the input order). The
-            ONNX export supports ``"retrieval"`` only.
+            on the training split - and the scores mapped back to the input order; the
+            ONNX graph takes them in that order, :meth:`graph_inputs` gives ``order``).
         seed: seeds initialisation, shuffling and a carved validation split.
         label: label spec for training (default: each instance's own).
         device: torch device for training.
@@ -199,10 +199,11 @@ class AnchoredPrototypeSelector(Selector):
         return _unit(q), _unit(e), m
 
     def _anchor(self) -> str:
-        """The anchor in force: the fitted (or loaded) one, else ``anchor`` resolved."""
-        got = getattr(self, "anchor_", None)
-        if got:
-            return got
+        """The anchor in force: the fitted (or loaded) one, else the setting resolved."""
+        return getattr(self, "anchor_", None) or self._resolved_anchor()
+
+    def _resolved_anchor(self) -> str:
+        """``anchor`` with ``"auto"`` resolved against the blocks."""
         if self.anchor == "auto":
             return "lambdamart" if "lambdamart" in self.blocks else "retrieval"
         return self.anchor
@@ -387,8 +388,7 @@ class AnchoredPrototypeSelector(Selector):
         """Scale the inputs on ``train``, train, and keep the best validation candidate."""
         self._validate()
         self.fitted_ = False
-        self.anchor_ = None
-        self.anchor_ = self._anchor()
+        self.anchor_ = self._resolved_anchor()
         train = list(train)
         self.ltr_ = None
         ltr_train = self._fit_ltr(train, val) if "lambdamart" in self.blocks else None

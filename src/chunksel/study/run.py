@@ -55,7 +55,7 @@ import platform
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -113,15 +113,11 @@ def run_bench(
         raise ConfigError(f"unknown profile {profile!r}; use {', '.join(PROFILES)}")
     prof = PROFILES[profile]
     if split is not None:
-        from dataclasses import replace
-
         from chunksel.data.grouped_splits import check_split_scheme
 
         check_split_scheme(split)
         prof = replace(prof, split=split)
     if transfer is not None:
-        from dataclasses import replace
-
         prof = replace(prof, transfer=bool(transfer))
     if jobs > 1 and not reuse:
         raise ConfigError("--jobs needs the result memo (leave out --no-reuse)")

@@ -104,7 +104,7 @@ def transfer(study: Any) -> dict[str, TransferRow]:
             if got is None:
                 sel = make_selector(name, study.seed, study.progress, study.prof)
                 sel.fit(train, study.features, val)
-                _, h, ans, _ = evaluate_selector(sel, test, study.features, picks=True)
+                _, h, ans = evaluate_selector(sel, test, study.features)
                 got = study.memo.put(key, {"hits": np.asarray(h, dtype=float)[ans].tolist()})
             hits[name][held] = np.asarray(got["hits"], dtype=float)
             say(f"transfer: {name} held out {held}: {100 * hits[name][held].mean():.2f}")

@@ -47,6 +47,11 @@ def main() -> None:
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS))
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
+    if args.limit < 1:
+        ap.error(f"--limit must be >= 1, got {args.limit}")
+    unknown = [d for d in args.datasets if d not in DATASETS]
+    if unknown:
+        ap.error(f"--datasets: unknown {unknown}; known: {', '.join(DATASETS)}")
 
     from chunksel.build import build_instances, extract_question_features
     from chunksel.eval.significance import bootstrap_interval, paired_bootstrap

@@ -76,6 +76,10 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=500, help="questions a dataset (as the scores' run)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
+    if not args.scores.is_file():
+        ap.error(f"--scores: no such file {str(args.scores)!r} (run crossencoder_pooled.py first)")
+    if args.limit < 1:
+        ap.error(f"--limit must be >= 1, got {args.limit}")
 
     from chunksel.build import build_instances
     from chunksel.eval.significance import bootstrap_interval, paired_bootstrap

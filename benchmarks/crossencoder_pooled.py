@@ -79,6 +79,48 @@ def with_prior(ce: np.ndarray, instances: list, weight: float) -> np.ndarray:
     return standardised(ce, instances) + weight * standardised(cos, instances)
 
 
+#: sources never trained on: TREC DL 2019 and 2020 are evaluated by benchmarks/trec_dl.py
+HELD_OUT_SOURCES = ("dl19", "dl20")
+
+
+def large_pool(splits: dict, split: str) -> list:
+    """The large profile's training questions (every question of each dataset) less any
+    evaluated validation/test question and any sharing an evidence passage with one."""
+    from chunksel.build import build_instances
+    from chunksel.data.grouped_splits import evidence_keys
+
+    held = {i.id for ds in DATASETS for s in ("val", "test") for i in splits[ds][s]}
+    held_keys = set().union(*(evidence_keys(i) for ds in DATASETS for s in ("val", "test")
+                              for i in splits[ds][s]))
+    out, dropped = [], 0
+    for ds in DATASETS:
+        for inst in build_instances(ds, k=5, limit=None, progress=False, split=split).instances:
+            if inst.split != "train":
+                continue
+            if inst.id in held or evidence_keys(inst) & held_keys:
+                dropped += 1
+                continue
+            out.append(inst)
+    print(f"large pool: {len(out)} training questions, {dropped} dropped (evaluated or sharing evidence)", flush=True)
+    return out
+
+
+def trimmed(train: list, negatives: int) -> list:
+    """Answerable questions only, each with its positives and its ``negatives`` top-ranked
+    negative candidates (hard negatives from the retriever's top-K)."""
+    from dataclasses import replace
+
+    out = []
+    for inst in train:
+        labels = inst.labels()
+        if not labels.any():
+            continue
+        neg = [c for c, y in zip(inst.candidates, labels, strict=True) if not y][:negatives]
+        pos = [c for c, y in zip(inst.candidates, labels, strict=True) if y]
+        out.append(replace(inst, candidates=pos + neg))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=2)
@@ -92,7 +134,19 @@ def main() -> None:
                     help="split scheme (default grouped, as the benchmark; the first two runs used question)")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--save", default=None, help="also save the fitted selector to this folder")
+    ap.add_argument("--train-pool", default="profile", choices=["profile", "large"],
+                    help="training questions: the evaluated profile's training splits (default) or the "
+                         "large profile's (every question), less any that is in, or shares an evidence "
+                         "passage with, an evaluated validation or test question; TREC DL 2019/2020 left out")
+    ap.add_argument("--negatives", type=int, default=None,
+                    help="pointwise pairs per question: its positives and this many top-ranked negatives "
+                         "(answerable questions only); default: every candidate of every question")
+    ap.add_argument("--max-train-questions", type=int, default=None,
+                    help="a deterministic sample of at most this many training questions")
     args = ap.parse_args()
+    for flag in ("negatives", "max_train_questions"):
+        if getattr(args, flag) is not None and getattr(args, flag) < (0 if flag == "negatives" else 1):
+            ap.error(f"--{flag.replace('_', '-')} is out of range: {getattr(args, flag)}")
 
     import torch
 
@@ -108,8 +162,19 @@ def main() -> None:
         splits[ds] = {s: [i for i in insts if i.split == s] for s in ("train", "val", "test")}
     train = [i for ds in DATASETS for i in splits[ds]["train"]]
     val = [i for ds in DATASETS for i in splits[ds]["val"]]
+    if args.train_pool == "large":
+        train = large_pool(splits, args.split)
+    train = [i for i in train if i.question.meta.get("source") not in HELD_OUT_SOURCES]
+    if args.negatives is not None:
+        train = trimmed(train, args.negatives)
+    if args.max_train_questions is not None and len(train) > args.max_train_questions:
+        rng = np.random.default_rng(0)
+        keep = sorted(rng.choice(len(train), size=args.max_train_questions, replace=False).tolist())
+        train = [train[j] for j in keep]
+    n_pairs = sum(len(i.candidates) for i in train)
+    print(f"training: {len(train)} questions, {n_pairs} pairs; validation {len(val)} questions", flush=True)
     sel = CrossEncoderSelector(layers=args.layers, loss=args.loss, epochs=args.epochs, lr=args.lr,
-                               max_length=args.max_length, progress=False)
+                               max_length=args.max_length, progress=True)
     t0 = time.perf_counter()
     sel.fit(train, None, val)
     fit_s = time.perf_counter() - t0
@@ -137,7 +202,7 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     result = {
         "benchmark": "crossencoder_pooled", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "commit": commit, "recipe": {**{k: v for k, v in vars(args).items() if k != "out"}, "pairs": 5 * len(train), "train_questions": len(train),
+        "commit": commit, "recipe": {**{k: v for k, v in vars(args).items() if k != "out"}, "pairs": n_pairs, "train_questions": len(train),
                                      "val_questions": len(val), "init": "all-MiniLM-L6-v2 (packaged), new head"},
         "history": getattr(sel, "history_", None), "best_epoch": getattr(sel, "best_epoch_", None),
         "fit_seconds": round(fit_s, 1), "prior": {"form": "z(cross-encoder) + w z(retrieval cosine) within each set",

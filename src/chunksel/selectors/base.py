@@ -77,6 +77,9 @@ class Selector(ABC):
     family: ClassVar[str] = ""
     role: ClassVar[str] = "baseline"
     requires_fit: ClassVar[bool] = True
+    #: a study fits one model per seed on the pooled training splits of its datasets and
+    #: evaluates it on each (the cross-encoder: one training run, not one per dataset)
+    pooled_fit: ClassVar[bool] = False
     #: the query-side cost it adds: "none", "bm25" (corpus term statistics),
     #: "warmup" (the generator's question-only pass, which generation needs anyway) or
     #: "warmup+bm25" (both) or "llm" (LLM calls per query: the rankgpt / utility selectors)

@@ -61,14 +61,22 @@ class CrossEncoderSelector(Selector):
         seed: training seed.
         label: label spec for training (None = each instance's default).
         progress: show progress bars while training.
+        negatives: None: every candidate of every training question; N: answerable
+            questions only, each with its positives and its N top-ranked negatives (hard
+            negatives from the retriever's top-K): fewer pairs, the cheap recipe.
+        max_questions: a deterministic sample (by ``seed``) of at most this many training
+            questions (after ``negatives``); None: all.
+
+    A study fits it once per seed on the pooled training splits of its datasets
+    (``pooled_fit``) and evaluates that one model on each dataset.
     """
 
     name = "crossencoder"
     display_name = "MiniLM-L6 cross-encoder (trained here)"
     family = "neural reranker"
-    # a peer row, run with --selectors crossencoder until the reports carry it
-    role = "peer"
+    role = "baseline"
     query_cost = "crossencoder"
+    pooled_fit = True
 
     def __init__(
         self,
@@ -84,6 +92,8 @@ class CrossEncoderSelector(Selector):
         seed: int = 0,
         label: str | None = None,
         progress: bool = True,
+        negatives: int | None = None,
+        max_questions: int | None = None,
     ) -> None:
         if loss not in ("listwise", "pointwise"):
             raise ConfigError(f"crossencoder loss must be listwise or pointwise, got {loss!r}")
@@ -102,6 +112,8 @@ class CrossEncoderSelector(Selector):
         self.seed = seed
         self.label = label
         self.progress = progress
+        self.negatives = negatives
+        self.max_questions = max_questions
 
     # ---------------------------------------------------------------- the network
     def _base_dir(self) -> str:
@@ -128,10 +140,33 @@ class CrossEncoderSelector(Selector):
             logging.getLogger("transformers").setLevel(level)
 
     # ---------------------------------------------------------------- training
+    def _training_sets(self, train: Sequence[Instance]) -> list[Instance]:
+        """The training questions the recipe uses: with ``negatives``, answerable ones
+        with their positives and top-ranked negatives; at most ``max_questions``."""
+        from dataclasses import replace
+
+        out = list(train)
+        if self.negatives is not None:
+            trimmed = []
+            for inst in out:
+                labels = inst.labels(self.label)
+                if not labels.any():
+                    continue
+                pos = [c for c, y in zip(inst.candidates, labels, strict=True) if y]
+                neg = [c for c, y in zip(inst.candidates, labels, strict=True) if not y][: int(self.negatives)]
+                trimmed.append(replace(inst, candidates=pos + neg))
+            out = trimmed
+        if self.max_questions is not None and len(out) > int(self.max_questions):
+            rng = np.random.default_rng(self.seed)
+            keep = np.sort(rng.choice(len(out), size=int(self.max_questions), replace=False))
+            out = [out[int(j)] for j in keep]
+        return out
+
     def _dataset(self, train: Sequence[Instance]) -> Any:
         from datasets import Dataset
 
         spec = self.label
+        train = self._training_sets(train)
         if self.loss == "listwise":
             rows = {"query": [], "docs": [], "labels": []}
             for inst in train:

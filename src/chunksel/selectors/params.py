@@ -225,7 +225,7 @@ RANGES: dict[str, Range] = {
         "members", "n_estimators", "min_child_samples", "early_stopping_rounds", "max_iter", "max_query_len",
         "max_doc_len", "embedding_dim", "n_kernels", "n_bins", "n_filters", "update_epochs", "value_hidden",
         "max_questions", "max_new_tokens", "window", "step", "max_passage_words", "epochs", "max_length")},
-    **{n: _ZERO_OR_MORE for n in ("seed", "warmup_epochs", "ppo_epochs", "carry")},
+    **{n: _ZERO_OR_MORE for n in ("seed", "warmup_epochs", "ppo_epochs", "carry", "negatives")},
     **{n: _POSITIVE for n in ("lr", "learning_rate", "warmup_lr", "value_lr", "tau", "C")},
     **{n: _NON_NEGATIVE for n in ("weight_decay", "k1", "entropy_coef", "value_coef")},
     **{n: _UNIT for n in ("b", "gamma", "gae_lambda", "alpha")},

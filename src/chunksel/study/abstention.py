@@ -156,7 +156,9 @@ def abstention(study: Any) -> dict[str, dict[str, Any]]:
             if cls.query_cost == "llm":
                 continue
             s = (study.prof.seeds if cls.requires_fit else (study.seed,))[0]
-            res = study.fit_eval(name, s, ds, want_cost=ds == study.cost_dataset)
+            res = study.table1_result(name, s, ds)
+            if res is None:  # a pooled row a bench --jobs worker leaves to the whole study
+                continue
             if res.get("abstention") is not None:
                 out.setdefault(ds, {})[name] = {k: v for k, v in res["abstention"].items() if k != "abstained_auto"}
     return out
@@ -171,7 +173,8 @@ def auto_abstained(study: Any, name: str, ds: str) -> list[bool] | None:
     if cls.query_cost == "llm":
         return None
     s = (study.prof.seeds if cls.requires_fit else (study.seed,))[0]
-    ab = study.fit_eval(name, s, ds, want_cost=ds == study.cost_dataset).get("abstention") or {}
+    res = study.table1_result(name, s, ds)
+    ab = (res or {}).get("abstention") or {}
     flags = ab.get("abstained_auto")
     return None if flags is None else [bool(f) for f in flags]
 

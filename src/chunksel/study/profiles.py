@@ -14,6 +14,17 @@ DEFAULT_ROLES: tuple[str, ...] = ("baseline", "reference", "reproduction", "flag
 #: profiles run a reduced, stated PPO budget on top of its supervised warm-up
 SRAS_QUICK = {"ppo_epochs": 1, "max_questions": 16}
 SRAS_FULL = {"ppo_epochs": 2, "max_questions": 64}
+#: the cross-encoder peer (MiniLM-L6, trained here; one pooled model per seed, Table 1's
+#: pooled_fit): pointwise BCE, 6 layers, scored through ONNX Runtime (fp32). Training is
+#: its cost (about 0.25 s a pair on one thread), so the quick profile trains a short one
+#: (600 answerable questions, each with its positives and its top-ranked negative, 128
+#: word pieces: a few minutes, keeping `make bench` under 25 min); full and large train
+#: the recipe of benchmarks/crossencoder_pooled.py (positives and the two top-ranked
+#: negatives of each answerable training question, 256 word pieces)
+CE_QUICK = {"loss": "pointwise", "epochs": 1, "negatives": 1, "max_questions": 600, "max_length": 128,
+            "engine": "onnxruntime"}
+CE_FULL = {"loss": "pointwise", "epochs": 1, "negatives": 2, "max_questions": 6000, "max_length": 256,
+           "engine": "onnxruntime"}
 #: Table 4's sample: generation is the cost (about 6 distinct (question, context) pairs a
 #: question, 3-7 s each on one thread), so the quick profile answers 8 test questions of
 #: TriviaQA and NQ (about 6 min cold, keeping `make bench` under 25 min) and the full and
@@ -100,17 +111,18 @@ class Profile:
 
 PROFILES = {
     "quick": Profile("quick", limit=500, seeds=(0,), budgets=(10, 20, 30, 40, 50, 60, 70, 80, 90, 100),
-                     latency_queries=50, overrides={"sras": SRAS_QUICK},
+                     latency_queries=50, overrides={"sras": SRAS_QUICK, "crossencoder": CE_QUICK},
                     answer_datasets=("triviaqa", "nq"), answer_sample=ANSWER_SAMPLE_QUICK,
                     llm_datasets=("nq",), llm_sample=LLM_SAMPLE_QUICK),
     "full": Profile("full", limit=3000, seeds=(0, 1, 2), budgets=(10, 30, 50, 70, 100),
                     ablation_seeds=(0, 1, 2), curve_datasets=("triviaqa", "nq"),
-                    curve_sizes=(250, 500, 1000, None), overrides={"sras": SRAS_FULL},
+                    curve_sizes=(250, 500, 1000, None),
+                    overrides={"sras": SRAS_FULL, "crossencoder": CE_FULL},
                     answer_datasets=DATASETS, answer_sample=ANSWER_SAMPLE_FULL,
                     llm_datasets=LLM_DATASETS, llm_sample=ANSWER_SAMPLE_FULL, transfer=True),
     "large": Profile("large", limit=None, seeds=(0, 1, 2), budgets=(), ablation_seeds=(),
                      curve_datasets=("triviaqa", "nq"), curve_sizes=(500, 1000, 2000, 4000, None),
-                     overrides={"sras": SRAS_FULL}, answer_datasets=DATASETS,
+                     overrides={"sras": SRAS_FULL, "crossencoder": CE_FULL}, answer_datasets=DATASETS,
                      answer_sample=ANSWER_SAMPLE_FULL, llm_datasets=LLM_DATASETS,
                      llm_sample=ANSWER_SAMPLE_FULL, transfer=True),
 }

@@ -157,6 +157,8 @@ class Table1Row:
     query_cost: str | None = None
     text_p50_ms: float | None = None
     text_p95_ms: float | None = None
+    #: one model per seed trained on the pooled training splits (not one per dataset)
+    pooled: bool = False
 
     COST_KEYS = ("params", "size_bytes", "p50_ms", "p95_ms", "query_cost", "text_p50_ms", "text_p95_ms")
 
@@ -170,12 +172,14 @@ class Table1Row:
         for k in self.COST_KEYS:
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
+        if self.pooled:
+            out["pooled"] = True
         return out
 
     @classmethod
     def from_json(cls, x: Any, what: str) -> Table1Row:
         x = _map(x, what)
-        row = cls(per_dataset=_cells(x.get("per_dataset"), f"{what}.per_dataset"))
+        row = cls(per_dataset=_cells(x.get("per_dataset"), f"{what}.per_dataset"), pooled=bool(x.get("pooled", False)))
         row.set_cost({k: x[k] for k in cls.COST_KEYS if x.get(k) is not None})
         return row
 

@@ -11,7 +11,13 @@ import numpy as np
 
 from chunksel.study.cost import measure_cost
 from chunksel.study.fitting import evaluate_selector, make_selector, settings_of
-from chunksel.study.memo import Memo, code_fingerprint, features_fingerprint, instances_fingerprint
+from chunksel.study.memo import (
+    Memo,
+    code_fingerprint,
+    digest,
+    features_fingerprint,
+    instances_fingerprint,
+)
 from chunksel.study.records import Table1Row
 
 
@@ -83,6 +89,71 @@ class Study:
             res = self.memo.put(key, {"metrics": metrics, "hits": h, "answerable": ans, "cost": cost,
                                       "val_accuracy": val, "picks": picks, "abstention": ab})
         return res
+
+    def table1_result(self, name: str, s: int, ds: str) -> dict[str, Any] | None:
+        """Table 1's result of ``name`` (seed ``s``) on ``ds``: its per-dataset fit or, for a
+        ``pooled_fit`` selector, the pooled model's (None in a ``bench --jobs`` worker, which
+        leaves pooled rows to the whole study)."""
+        from chunksel.selectors import get_selector_class
+
+        cls = get_selector_class(name)
+        if getattr(cls, "pooled_fit", False) and cls.requires_fit:
+            return None if self.part_of else self.fit_eval_pooled(name, s)[ds]
+        return self.fit_eval(name, s, ds, want_cost=ds == self.cost_dataset)
+
+    def fit_eval_pooled(self, name: str, s: int) -> dict[str, dict[str, Any]]:
+        """Fit ``name`` (seed ``s``, a ``pooled_fit`` selector) once on the pooled training
+        splits of every dataset (validation: their pooled validation splits); per dataset,
+        the same result :meth:`fit_eval` gives, the cost measured on the cost dataset."""
+        key = self.memo.key(stage="table1-pooled", data=[self.split_fp[ds] for ds in self.datasets],
+                            cost_dataset=self.cost_dataset, **settings_of(name, s, self.prof))
+        res = self.memo.get(key)
+        if res is None:
+            from chunksel.study.abstention import abstention_of
+
+            sel = self.pooled_model(name, s)
+            res = {}
+            for ds in self.datasets:
+                sp = self.splits[ds]
+                metrics, h, ans, picks = evaluate_selector(sel, sp["test"], self.features, picks=True)
+                val = evaluate_selector(sel, sp["val"], self.features)[0]["accuracy"] if sp["val"] else None
+                cost = (measure_cost(sel, sp["test"], self.features, self.prof.latency_queries, self.encoder)
+                        if ds == self.cost_dataset else None)
+                ab = abstention_of(sel, sp["test"], self.features) if sel.calibrator_ is not None else None
+                res[ds] = {"metrics": metrics, "hits": h, "answerable": ans, "cost": cost,
+                           "val_accuracy": val, "picks": picks, "abstention": ab}
+            res = self.memo.put(key, res)
+        return res
+
+    def pooled_model(self, name: str, s: int) -> Any:
+        """``name`` (seed ``s``) fitted on the pooled training splits, kept under
+        ``<cache>/bench-models/<key>/`` (key: its settings and the pooled instances and
+        features, not the code: a long training run survives code changes; ``--no-reuse``
+        or deleting the folder trains it again)."""
+        from chunksel.config import cache_root
+        from chunksel.errors import ChunkselError
+        from chunksel.selectors import load_selector
+        from chunksel.study.fitting import say
+
+        train = [i for ds in self.datasets for i in self.splits[ds]["train"]]
+        val = [i for ds in self.datasets for i in self.splits[ds]["val"]]
+        ids = [i.id for i in train + val]
+        key = digest({"settings": settings_of(name, s, self.prof), "train": instances_fingerprint(train),
+                      "val": instances_fingerprint(val), "features": features_fingerprint(self.features, ids)})
+        folder = cache_root() / "bench-models" / f"{name}-{key}"
+        if self.memo.enabled and (folder / "config.json").is_file():
+            try:
+                sel = load_selector(folder)
+                say(f"table 1: {name} seed {s}: the pooled model from {folder}")
+                return sel
+            except ChunkselError as exc:  # a torn or corrupt save: train again
+                say(f"table 1: {name}: {exc}; training again")
+        say(f"table 1: {name} seed {s}: one model on the pooled training splits ({len(train)} questions)")
+        sel = make_selector(name, s, self.progress, self.prof)
+        sel.fit(train, self.features, val)
+        if self.memo.enabled:
+            sel.save(folder)
+        return sel
 
     def strongest(self, names: Sequence[str], ds: str | None = None) -> str | None:
         """The baseline with the best validation accuracy (on ``ds``, or averaged over the

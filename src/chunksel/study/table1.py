@@ -1,6 +1,8 @@
 """Table 1: every selector trained on each dataset's training split over the profile's
 seeds, evaluated on its test and validation splits; the cost columns measured on the
-(whole) study's first dataset."""
+(whole) study's first dataset. A ``pooled_fit`` selector (the cross-encoder) is trained
+once per seed on the pooled training splits of every dataset instead, and that one
+model evaluated on each (the row says so)."""
 
 from __future__ import annotations
 
@@ -20,13 +22,17 @@ def table1(study: Study) -> dict[str, Table1Row]:
     for name in study.selectors:
         cls = get_selector_class(name)
         seeds = study.prof.seeds if cls.requires_fit else (study.seed,)
-        row = Table1Row()
+        pooled = bool(getattr(cls, "pooled_fit", False)) and cls.requires_fit
+        if pooled and study.part_of:  # a bench --jobs worker: the whole study pools
+            continue
+        pooled_res = {s: study.fit_eval_pooled(name, s) for s in seeds} if pooled else {}
+        row = Table1Row(pooled=pooled)
         for ds in study.datasets:
             t0 = time.time()
             accs, vals = [], []
             for s in seeds:
                 want_cost = s == seeds[0] and ds == study.cost_dataset
-                res = study.fit_eval(name, s, ds, want_cost=want_cost)
+                res = pooled_res[s][ds] if pooled else study.fit_eval(name, s, ds, want_cost=want_cost)
                 metrics = res["metrics"]
                 accs.append(100.0 * metrics["accuracy"])
                 vals.append(None if res["val_accuracy"] is None else 100.0 * res["val_accuracy"])

@@ -66,7 +66,7 @@ def format_table1(results: Results) -> str:
         cells.append(avg_cell)
         row_vals.append(avg if complete else None)
         rows.append([
-            selector_label(name), fmt_params(row.params), fmt_bytes(row.size_bytes),
+            selector_label(name) + (" ‡" if row.pooled else ""), fmt_params(row.params), fmt_bytes(row.size_bytes),
             fmt(row.p50_ms, 3), fmt(row.p95_ms, 3),
         ] + ([fmt(row.text_p50_ms, 3)] if has_text else []) + [str(row.query_cost or DASH)] + cells)
         vals.append(row_vals)
@@ -76,6 +76,9 @@ def format_table1(results: Results) -> str:
     text = md_table(header, rows, ["l"] + ["r"] * (lead - 2) + ["l"] + ["r"] * (len(datasets) + 1))
     if any_partial:
         text += "\n\n† averaged over the datasets this selector was evaluated on."
+    if any(row.pooled for row in t1.values()):
+        text += ("\n\n‡ one model per seed trained on the pooled training splits of every dataset "
+                 "(validation: the pooled validation splits), evaluated on each dataset's test split.")
     counts = []
     for d in datasets:
         n = next((r.per_dataset[d].n for r in t1.values() if d in r.per_dataset and r.per_dataset[d].n is not None),

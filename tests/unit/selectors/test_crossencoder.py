@@ -89,3 +89,67 @@ def test_damaged_checkpoint_is_named(fitted, tmp_path):
     (tmp_path / "ce" / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(DataError, match="crossencoder/config.json is missing"):
         load_selector(Path(tmp_path / "ce"))
+
+
+def test_recipe_trims_to_positives_and_top_negatives(toy_instances_module):
+    """``negatives`` keeps answerable questions with their positives and top-ranked
+    negatives; ``max_questions`` samples deterministically by seed."""
+    insts = toy_instances_module
+    sets = make_selector("crossencoder", negatives=1, **SMALL)._training_sets(insts)
+    assert len(sets) == sum(i.answerable() for i in insts)
+    for got in sets:
+        orig = next(i for i in insts if i.id == got.id)
+        labels = orig.labels()
+        first_neg = next(c.id for c, y in zip(orig.candidates, labels, strict=True) if not y)
+        assert [c.id for c in got.candidates] == [orig.candidates[int(np.argmax(labels))].id, first_neg]
+    a = make_selector("crossencoder", max_questions=5, seed=3, **SMALL)._training_sets(insts)
+    b = make_selector("crossencoder", max_questions=5, seed=3, **SMALL)._training_sets(insts)
+    assert [i.id for i in a] == [i.id for i in b] and len(a) == 5
+    assert all(len(i.candidates) == len(next(o for o in insts if o.id == i.id).candidates) for i in a)
+    with pytest.raises(ConfigError, match="negatives"):
+        make_selector("crossencoder", negatives=-1)
+    with pytest.raises(ConfigError, match="max_questions"):
+        make_selector("crossencoder", max_questions=0)
+
+
+def test_study_trains_one_pooled_model_per_seed_and_keeps_it(tmp_path, monkeypatch):
+    """Table 1's cross-encoder row is one model per seed fitted on the pooled training
+    splits (never on a test instance) and evaluated on each dataset; a re-run after a code
+    change (the result memo missed) loads that model instead of training again."""
+    from tests.conftest import make_toy_instances
+
+    from chunksel.selectors.crossencoder import CrossEncoderSelector
+    from chunksel.study.profiles import Profile
+    from chunksel.study.run import run_study
+
+    monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path / "cache"))
+    data = {"popqa": make_toy_instances(n=15, seed=1), "msmarco": make_toy_instances(n=15, seed=2)}
+    for ds, insts in data.items():
+        for inst in insts:
+            inst.question.id = f"{ds}:{inst.question.id}"
+    fits: list[set[str]] = []
+    real_fit = CrossEncoderSelector.fit
+
+    def recording_fit(self, train, features=None, val=None):
+        fits.append({i.id for i in train} | {i.id for i in val or []})
+        return real_fit(self, train, features, val)
+
+    monkeypatch.setattr(CrossEncoderSelector, "fit", recording_fit)
+    prof = Profile("tiny", limit=15, seeds=(0,), budgets=(), ablation_seeds=(), latency_queries=2,
+                   overrides={"crossencoder": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4}})
+    out = run_study(data, ["retrieval", "crossencoder"], prof, None, tmp_path / "a", progress=False, reuse=True)
+    res = json.loads((out / "results.json").read_text())
+    assert len(fits) == 1
+    test_ids = {i.id for insts in data.values() for i in insts if i.split == "test"}
+    assert fits[0] and not fits[0] & test_ids
+    assert {i.split("-")[0].split(":")[0] for i in fits[0]} == {"popqa", "msmarco"}
+    row = res["table1"]["crossencoder"]
+    assert row["pooled"] is True and set(row["per_dataset"]) == {"popqa", "msmarco"}
+    assert row["p50_ms"] > 0
+    assert "‡" in (out / "report.md").read_text()
+    # the result memo is keyed by the code: clear it, as a code change would; the model stays
+    shutil.rmtree(tmp_path / "cache" / "bench")
+    again = json.loads((run_study(data, ["retrieval", "crossencoder"], prof, None, tmp_path / "b", progress=False,
+                                  reuse=True) / "results.json").read_text())
+    assert len(fits) == 1
+    assert again["table1"]["crossencoder"]["per_dataset"] == row["per_dataset"]

@@ -56,29 +56,6 @@ def rank1(scores: np.ndarray, instances: list) -> tuple[float, int]:
     return (100.0 * float(np.mean(hits)) if hits else float("nan")), len(hits)
 
 
-#: weights of the retrieval prior tried on validation (0: the cross-encoder alone)
-PRIOR_WEIGHTS = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 8.0)
-
-
-def standardised(scores: np.ndarray, instances: list) -> np.ndarray:
-    """Each set's scores as z-scores within the set (a ranking-only scale; never a probability)."""
-    out = np.full_like(scores, -np.inf, dtype=np.float64)
-    for r, inst in enumerate(instances):
-        k = len(inst.candidates)
-        row = scores[r, :k].astype(np.float64)
-        out[r, :k] = (row - row.mean()) / (row.std() + 1e-9)
-    return out
-
-
-def with_prior(ce: np.ndarray, instances: list, weight: float) -> np.ndarray:
-    """The cross-encoder's standardised score plus ``weight`` times the retriever's standardised
-    cosine: a retrieval prior whose weight is chosen on validation."""
-    cos = np.full(ce.shape, np.nan)
-    for r, inst in enumerate(instances):
-        cos[r, : len(inst.candidates)] = [c.score for c in inst.candidates]
-    return standardised(ce, instances) + weight * standardised(cos, instances)
-
-
 #: sources never trained on: TREC DL 2019 and 2020 are evaluated by benchmarks/trec_dl.py
 HELD_OUT_SOURCES = ("dl19", "dl20")
 
@@ -151,7 +128,7 @@ def main() -> None:
     import torch
 
     from chunksel.build import build_instances
-    from chunksel.selectors.crossencoder import CrossEncoderSelector
+    from chunksel.selectors.crossencoder import PRIOR_WEIGHTS, CrossEncoderSelector, with_prior
     from chunksel.selectors.simple import RetrievalSelector
 
     torch.set_num_threads(args.threads)
@@ -174,7 +151,7 @@ def main() -> None:
     n_pairs = sum(len(i.candidates) for i in train)
     print(f"training: {len(train)} questions, {n_pairs} pairs; validation {len(val)} questions", flush=True)
     sel = CrossEncoderSelector(layers=args.layers, loss=args.loss, epochs=args.epochs, lr=args.lr,
-                               max_length=args.max_length, progress=True)
+                               max_length=args.max_length, progress=True, prior=0.0)
     t0 = time.perf_counter()
     sel.fit(train, None, val)
     fit_s = time.perf_counter() - t0

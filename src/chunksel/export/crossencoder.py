@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,11 @@ def export_crossencoder(model: Any, path: str | Path, quantize: bool = False) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         fp32 = Path(tmp) / "fp32.onnx"
-        with torch.inference_mode():
+        # the tracer warns about the attention mask's shape checks and the index op: the
+        # graph takes dynamic pairs and tokens, which a test checks against torch's scores
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=torch.jit.TracerWarning)
+            warnings.filterwarnings("ignore", message=".*aten::index.*")
             torch.onnx.export(_Logits(net), example, str(fp32), dynamo=False, input_names=list(INPUTS),
                               output_names=["logits"], dynamic_axes=dyn, opset_version=OPSET)
         src = fp32
@@ -89,15 +94,22 @@ class OnnxCrossEncoder:
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         self.tokenizer = tokenizer
         self.max_length = max_length
+        #: pairs per run: a whole evaluation split in one padded batch would hold gigabytes
+        #: of attention maps; a query's K pairs are one batch
+        self.batch_pairs = 32
 
     def score(self, pairs: list[tuple[str, str]]) -> np.ndarray:
         """One logit per pair, float64."""
         if not pairs:
             return np.zeros(0)
-        enc = self.tokenizer([q for q, _ in pairs], [d for _, d in pairs], padding=True,
-                             truncation=True, max_length=self.max_length, return_tensors="np")
-        feeds = {name: np.asarray(enc[name], dtype=np.int64) for name in INPUTS if name in enc}
-        if "token_type_ids" not in feeds:
-            feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
-        (logits,) = self.session.run(["logits"], feeds)
-        return np.asarray(logits, dtype=np.float64).reshape(-1)
+        out = []
+        for start in range(0, len(pairs), self.batch_pairs):
+            part = pairs[start:start + self.batch_pairs]
+            enc = self.tokenizer([q for q, _ in part], [d for _, d in part], padding=True,
+                                 truncation=True, max_length=self.max_length, return_tensors="np")
+            feeds = {name: np.asarray(enc[name], dtype=np.int64) for name in INPUTS if name in enc}
+            if "token_type_ids" not in feeds:
+                feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
+            (logits,) = self.session.run(["logits"], feeds)
+            out.append(np.asarray(logits, dtype=np.float64).reshape(-1))
+        return np.concatenate(out)

@@ -34,6 +34,35 @@ def _pair_text(title: str, text: str) -> str:
     return (title + " " + text).strip()
 
 
+#: retrieval-prior weights tried on validation with ``prior="auto"`` (0: the network alone)
+PRIOR_WEIGHTS: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 8.0)
+
+
+def _has_scores(inst: Instance) -> bool:
+    return all(np.isfinite(c.score) for c in inst.candidates)
+
+
+def standardised(scores: np.ndarray, instances: Sequence[Instance]) -> np.ndarray:
+    """Each set's scores as z-scores within the set (a ranking scale, not a probability;
+    padding stays -inf)."""
+    out = np.full(scores.shape, -np.inf, dtype=np.float64)
+    for r, inst in enumerate(instances):
+        k = len(inst.candidates)
+        row = np.asarray(scores[r, :k], dtype=np.float64)
+        out[r, :k] = (row - row.mean()) / (row.std() + 1e-9)
+    return out
+
+
+def with_prior(scores: np.ndarray, instances: Sequence[Instance], weight: float) -> np.ndarray:
+    """z(network score) + ``weight`` z(retrieval score) within each set."""
+    if weight == 0:
+        return np.asarray(scores, dtype=np.float64)
+    cos = np.full(scores.shape, 0.0)
+    for r, inst in enumerate(instances):
+        cos[r, : len(inst.candidates)] = [c.score for c in inst.candidates]
+    return standardised(scores, instances) + weight * np.where(np.isfinite(scores), standardised(cos, instances), 0)
+
+
 def rank1(scores: np.ndarray, instances: Sequence[Instance]) -> float:
     """Rank-1 accuracy (%) of ``scores`` over the answerable ``instances``."""
     hits, n = 0, 0
@@ -66,6 +95,10 @@ class CrossEncoderSelector(Selector):
             negatives from the retriever's top-K): fewer pairs, the cheap recipe.
         max_questions: a deterministic sample (by ``seed``) of at most this many training
             questions (after ``negatives``); None: all.
+        prior: a retrieval prior, ``z(network) + w z(retrieval score)`` within each set:
+            ``"auto"`` chooses w among :data:`PRIOR_WEIGHTS` on validation rank-1 (0, the
+            network alone, when that is best, without validation or retrieval scores); a
+            number fixes it. With w > 0 the candidates' retrieval scores are read.
 
     A study fits it once per seed on the pooled training splits of its datasets
     (``pooled_fit``) and evaluates that one model on each dataset.
@@ -94,6 +127,7 @@ class CrossEncoderSelector(Selector):
         progress: bool = True,
         negatives: int | None = None,
         max_questions: int | None = None,
+        prior: str | float = "auto",
     ) -> None:
         if loss not in ("listwise", "pointwise"):
             raise ConfigError(f"crossencoder loss must be listwise or pointwise, got {loss!r}")
@@ -114,6 +148,10 @@ class CrossEncoderSelector(Selector):
         self.progress = progress
         self.negatives = negatives
         self.max_questions = max_questions
+        if prior != "auto" and (isinstance(prior, bool) or not isinstance(prior, (int, float))
+                                or not np.isfinite(prior) or prior < 0):
+            raise ConfigError(f"crossencoder prior must be 'auto' or a weight >= 0, got {prior!r}")
+        self.prior = prior
 
     # ---------------------------------------------------------------- the network
     def _base_dir(self) -> str:
@@ -207,10 +245,11 @@ class CrossEncoderSelector(Selector):
         data = self._dataset(train)
         loss = (losses.ListNetLoss(model) if self.loss == "listwise"
                 else losses.BinaryCrossEntropyLoss(model))
-        val = [v for v in (val or []) if v.answerable(self.label)]
+        val_all = list(val or [])  # the calibrator reads every validation set
+        val = [v for v in val_all if v.answerable(self.label)]
         selector = self
         history: list[dict[str, float]] = []
-        best: dict[str, Any] = {"rank1": -1.0, "state": None, "epoch": 0}
+        best: dict[str, Any] = {"rank1": -1.0, "state": None, "epoch": 0, "scores": None}
 
         class _KeepBest(TrainerCallback):
             """Validation rank-1 after each epoch; the best epoch's weights are kept."""
@@ -221,10 +260,11 @@ class CrossEncoderSelector(Selector):
                     best.update(epoch=epoch, state=None)
                     return
                 selector.model_ = model
-                r1 = rank1(selector._torch_scores(val), val)
+                scores = selector._torch_scores(val)
+                r1 = rank1(scores, val)
                 history.append({"epoch": epoch, "val_rank1": round(r1, 4)})
                 if r1 > best["rank1"]:
-                    best.update(rank1=r1, epoch=epoch,
+                    best.update(rank1=r1, epoch=epoch, scores=scores,
                                 state={k: v.detach().clone() for k, v in model.state_dict().items()})
                 model.train()
 
@@ -245,7 +285,19 @@ class CrossEncoderSelector(Selector):
         self.history_ = history
         self.best_epoch_ = int(best["epoch"])
         self._runner = None
-        return super().fit(train, features, val)
+        self.prior_weight_, self.prior_val_ = self._choose_prior(best["scores"], val)
+        return super().fit(train, features, val_all)
+
+    def _choose_prior(self, val_scores: np.ndarray | None, val: Sequence[Instance]) -> tuple[float, dict]:
+        """The retrieval prior's weight: ``prior`` itself, or with ``"auto"`` the weight of
+        :data:`PRIOR_WEIGHTS` with the best validation rank-1 (the smallest on ties; 0
+        without a validation split or retrieval scores)."""
+        if self.prior != "auto":
+            return float(self.prior), {}
+        if val_scores is None or not val or not all(_has_scores(i) for i in val):
+            return 0.0, {}
+        by_w = {w: rank1(with_prior(val_scores, val, w), val) for w in PRIOR_WEIGHTS}
+        return max(PRIOR_WEIGHTS, key=lambda w: (by_w[w], -w)), {str(w): round(v, 4) for w, v in by_w.items()}
 
     # ---------------------------------------------------------------- scoring
     def n_parameters(self) -> int:
@@ -277,6 +329,22 @@ class CrossEncoderSelector(Selector):
         return self._unflatten(np.asarray(flat, dtype=np.float64).reshape(-1), batch)
 
     def _score(self, batch: Sequence[Instance], features: QuestionFeatures | None, k: int) -> np.ndarray:
+        weight = float(getattr(self, "prior_weight_", 0.0))
+        if weight > 0:
+            missing = [i.id for i in batch if not _has_scores(i)]
+            if missing:
+                raise DataError(f"crossencoder: this model adds a retrieval prior (weight {weight:g}) and needs "
+                                f"the candidates' retrieval scores; none for {missing[0]!r}"
+                                + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+            return with_prior(self._network_scores(batch), batch, weight)
+        return self._network_scores(batch)
+
+    def required_inputs(self) -> frozenset[str]:
+        """What it reads beyond the texts: the retrieval scores when it adds a prior."""
+        return frozenset({"retrieval_score"}) if float(getattr(self, "prior_weight_", 0.0)) > 0 else frozenset()
+
+    def _network_scores(self, batch: Sequence[Instance]) -> np.ndarray:
+        """The network's logits (padding -inf)."""
         if self.engine == "torch":
             return self._torch_scores(batch)
         runner = getattr(self, "_runner", None)
@@ -291,7 +359,9 @@ class CrossEncoderSelector(Selector):
 
     # ---------------------------------------------------------------- save/load
     def _state_config(self) -> dict[str, Any]:
-        return {"best_epoch": getattr(self, "best_epoch_", 0), "history": getattr(self, "history_", [])}
+        return {"best_epoch": getattr(self, "best_epoch_", 0), "history": getattr(self, "history_", []),
+                "prior_weight": float(getattr(self, "prior_weight_", 0.0)),
+                "prior_val_rank1": getattr(self, "prior_val_", {})}
 
     def _save_state(self, path: Path) -> None:
         self.model_.save_pretrained(str(path / MODEL_DIR))
@@ -304,6 +374,8 @@ class CrossEncoderSelector(Selector):
         self.model_.eval()
         self.best_epoch_ = int(state.get("best_epoch", 0))
         self.history_ = list(state.get("history", []))
+        self.prior_weight_ = float(state.get("prior_weight", 0.0))  # older saves: no prior
+        self.prior_val_ = dict(state.get("prior_val_rank1", {}))
         self._runner = None
 
 

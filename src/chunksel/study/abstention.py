@@ -43,8 +43,9 @@ def targets_met(s: Mapping[str, Any]) -> dict[str, bool]:
     }
 
 
-def abstention_of(sel: Any, test: Sequence[Any], features: Any = None) -> dict[str, Any]:
-    """The abstention summary of a fitted, calibrated selector on ``test``."""
+def abstention_of(sel: Any, test: Sequence[Any], features: Any = None, scores: Any = None) -> dict[str, Any]:
+    """The abstention summary of a fitted, calibrated selector on ``test`` (``scores``: its
+    scores of ``test`` when already computed)."""
     from chunksel.pipeline.select_rules import choose
     from chunksel.selectors.calibration import calibration_scores
     from chunksel.types import label_matrix
@@ -52,7 +53,7 @@ def abstention_of(sel: Any, test: Sequence[Any], features: Any = None) -> dict[s
     cal = sel.calibrator_
     if cal is None:
         return {"error": "not calibrated (no usable validation split)"}
-    scores = sel.score(test, features)
+    scores = sel.score(test, features) if scores is None else scores
     chunk_p, set_p = sel.probabilities(test, features, scores)
     labels = label_matrix(test, getattr(sel, "label", None) or None, scores.shape[1])
     raw = calibration_scores(sel, test, features) if cal.source != "score" else None

@@ -39,13 +39,14 @@ def make_selector(name: str, seed: int, progress: bool, prof: Profile, **extra: 
     return cls(**params)
 
 
-def evaluate_selector(selector, batch, features, picks: bool = False) -> tuple:
+def evaluate_selector(selector, batch, features, picks: bool = False, scores=None) -> tuple:
     """Metrics (fractions), per-instance rank-1 hits and the answerable mask (and, with
-    ``picks``, each instance's top-ranked candidate index)."""
+    ``picks``, each instance's top-ranked candidate index); ``scores``: the selector's
+    scores of ``batch`` when already computed."""
     from chunksel.eval.metrics import evaluate, per_instance_hits, rank_matrix, subset_mask
     from chunksel.types import candidate_mask, label_matrix
 
-    scores = selector.score(batch, features)
+    scores = selector.score(batch, features) if scores is None else scores
     k = scores.shape[1]
     labels = label_matrix(batch, k=k)
     mask = candidate_mask(batch, k=k)

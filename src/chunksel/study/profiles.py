@@ -15,14 +15,16 @@ DEFAULT_ROLES: tuple[str, ...] = ("baseline", "reference", "reproduction", "flag
 SRAS_QUICK = {"ppo_epochs": 1, "max_questions": 16}
 SRAS_FULL = {"ppo_epochs": 2, "max_questions": 64}
 #: the cross-encoder peer (MiniLM-L6, trained here; one pooled model per seed, Table 1's
-#: pooled_fit): pointwise BCE, 6 layers, scored through ONNX Runtime (fp32). Training is
-#: its cost (about 0.25 s a pair on one thread), so the quick profile trains a short one
-#: (600 answerable questions, each with its positives and its top-ranked negative, 128
-#: word pieces: a few minutes, keeping `make bench` under 25 min); full and large train
-#: the recipe of benchmarks/crossencoder_pooled.py (positives and the two top-ranked
-#: negatives of each answerable training question, 256 word pieces)
-CE_QUICK = {"loss": "pointwise", "epochs": 1, "negatives": 1, "max_questions": 600, "max_length": 128,
-            "engine": "onnxruntime"}
+#: pooled_fit): pointwise BCE, 6 layers, a retrieval prior weighted on validation, scored
+#: through ONNX Runtime (fp32). Training is its cost (about 0.25 s a pair on one thread),
+#: so the quick profile trains a short one (600 answerable questions, each with its
+#: positives and its top-ranked negative, 128 word pieces, learning rate 1e-4 chosen on
+#: validation by benchmarks/crossencoder_quick_recipe.py: about 4 minutes, keeping `make
+#: bench` under 25 min); full and large train the recipe of
+#: benchmarks/crossencoder_pooled.py (positives and the two top-ranked negatives of each
+#: answerable training question, 256 word pieces)
+CE_QUICK = {"loss": "pointwise", "epochs": 1, "lr": 1e-4, "negatives": 1, "max_questions": 600,
+            "max_length": 128, "engine": "onnxruntime"}
 CE_FULL = {"loss": "pointwise", "epochs": 1, "negatives": 2, "max_questions": 6000, "max_length": 256,
            "engine": "onnxruntime"}
 #: Table 4's sample: generation is the cost (about 6 distinct (question, context) pairs a

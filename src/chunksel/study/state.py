@@ -115,11 +115,14 @@ class Study:
             res = {}
             for ds in self.datasets:
                 sp = self.splits[ds]
-                metrics, h, ans, picks = evaluate_selector(sel, sp["test"], self.features, picks=True)
+                # an expensive scorer: each split scored once
+                scores = sel.score(sp["test"], self.features)
+                metrics, h, ans, picks = evaluate_selector(sel, sp["test"], self.features, picks=True, scores=scores)
                 val = evaluate_selector(sel, sp["val"], self.features)[0]["accuracy"] if sp["val"] else None
                 cost = (measure_cost(sel, sp["test"], self.features, self.prof.latency_queries, self.encoder)
                         if ds == self.cost_dataset else None)
-                ab = abstention_of(sel, sp["test"], self.features) if sel.calibrator_ is not None else None
+                ab = (abstention_of(sel, sp["test"], self.features, scores=scores)
+                      if sel.calibrator_ is not None else None)
                 res[ds] = {"metrics": metrics, "hits": h, "answerable": ans, "cost": cost,
                            "val_accuracy": val, "picks": picks, "abstention": ab}
             res = self.memo.put(key, res)

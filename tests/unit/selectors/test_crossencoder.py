@@ -153,3 +153,44 @@ def test_study_trains_one_pooled_model_per_seed_and_keeps_it(tmp_path, monkeypat
                                   reuse=True) / "results.json").read_text())
     assert len(fits) == 1
     assert again["table1"]["crossencoder"]["per_dataset"] == row["per_dataset"]
+
+
+def test_retrieval_prior_is_chosen_on_validation_and_saved(fitted, tmp_path):
+    """``prior="auto"`` picks the weight of z(network) + w z(retrieval score) on validation
+    rank-1; a fixed weight combines the two z-scores; with w > 0 the retrieval scores are
+    read (and their absence is a clear error); a reload keeps the weight."""
+    from dataclasses import replace
+
+    from chunksel.selectors.crossencoder import PRIOR_WEIGHTS, standardised, with_prior
+
+    sel, insts = fitted
+    val = [i for i in insts if i.split == "val" and i.answerable()]
+    assert sel.prior_weight_ in PRIOR_WEIGHTS
+    by_w = {float(w): v for w, v in sel.prior_val_.items()}
+    assert by_w[sel.prior_weight_] == max(by_w.values())
+    assert all(by_w[w] < by_w[sel.prior_weight_] for w in by_w if w < sel.prior_weight_)
+    test = [i for i in insts if i.split == "test"]
+    raw = sel._network_scores(test)
+    chosen = sel.prior_weight_
+    sel.prior_weight_ = 2.0
+    cos = np.array([[c.score for c in i.candidates] + [0.0] * (raw.shape[1] - len(i.candidates)) for i in test])
+    want = standardised(raw, test) + 2.0 * np.where(np.isfinite(raw), standardised(cos, test), 0)
+    np.testing.assert_allclose(sel.score(test), want)
+    np.testing.assert_allclose(with_prior(raw, test, 2.0), want)
+    assert sel.required_inputs() == frozenset({"retrieval_score"})
+    blind = [replace(test[0], candidates=[replace(c, score=float("nan")) for c in test[0].candidates])]
+    with pytest.raises(DataError, match="retrieval scores"):
+        sel.score(blind)
+    sel.save(tmp_path / "p")
+    again = load_selector(tmp_path / "p")
+    assert again.prior_weight_ == 2.0
+    np.testing.assert_allclose(again.score(test), want, rtol=1e-5, atol=1e-5)
+    sel.prior_weight_ = 0.0
+    assert sel.required_inputs() == frozenset()
+    np.testing.assert_allclose(sel.score(test), raw)
+    sel.prior_weight_ = chosen  # the module's fixture, as fitted
+    assert len(val) > 0
+    with pytest.raises(ConfigError, match="prior"):
+        make_selector("crossencoder", prior=-1)
+    with pytest.raises(ConfigError, match="prior"):
+        make_selector("crossencoder", prior="retrieval")

@@ -39,7 +39,7 @@ lint: install
 	$(BIN)/ruff check src tests benchmarks
 
 bench: install models
-	$(BIN)/chunksel bench --profile quick --threads 1
+	$(BIN)/chunksel bench --profile quick --threads 1 --jobs 2
 
 bench-full: install models
 	$(BIN)/chunksel bench --profile full --threads 1 --jobs 2 --out reports/full

@@ -331,7 +331,12 @@ def _recording_fit(fit):
         if _FIT_DEPTH.get() == 0:
             from chunksel.selectors.calibration import calibrate_after_fit
 
-            calibrate_after_fit(self, args[2] if len(args) > 2 else kwargs.get("val"), features)
+            try:
+                calibrate_after_fit(self, args[2] if len(args) > 2 else kwargs.get("val"), features)
+            finally:
+                end = getattr(self, "_end_fit", None)  # drop what only the fit and calibration read
+                if callable(end):
+                    end()
         return out
 
     wrapper._records_provenance = True

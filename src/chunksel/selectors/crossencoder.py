@@ -256,7 +256,7 @@ class CrossEncoderSelector(Selector):
 
             def on_epoch_end(self, args, state, control, **kwargs):
                 epoch = int(round(state.epoch or 0))
-                if not val:
+                if not val or int(selector.epochs) == 1:  # one epoch: nothing to choose
                     best.update(epoch=epoch, state=None)
                     return
                 selector.model_ = model
@@ -285,8 +285,29 @@ class CrossEncoderSelector(Selector):
         self.history_ = history
         self.best_epoch_ = int(best["epoch"])
         self._runner = None
-        self.prior_weight_, self.prior_val_ = self._choose_prior(best["scores"], val)
-        return super().fit(train, features, val_all)
+        # the validation split scored once: the prior's choice and the calibrator (the base
+        # class's fit wrapper, then _end_fit) read it
+        val_scores = self._network_scores(val_all) if val_all else None
+        self._fit_scores = {} if val_scores is None else {
+            self._set_key(inst): row for inst, row in zip(val_all, val_scores, strict=True)}
+        try:
+            answerable = [j for j, inst in enumerate(val_all) if inst.answerable(self.label)]
+            self.prior_weight_, self.prior_val_ = self._choose_prior(
+                None if val_scores is None else val_scores[answerable], val)
+            if val and not history:  # one epoch: its validation rank-1, for the record
+                history.append({"epoch": self.best_epoch_, "val_rank1": round(rank1(val_scores[answerable], val), 4)})
+            return super().fit(train, features, val_all)
+        except BaseException:
+            self._end_fit()
+            raise
+
+    def _end_fit(self) -> None:
+        """After the fit and its calibration: the validation scores are no longer read."""
+        self._fit_scores = {}
+
+    @staticmethod
+    def _set_key(inst: Instance) -> tuple:
+        return (inst.question.text, tuple((c.title, c.text) for c in inst.candidates))
 
     def _choose_prior(self, val_scores: np.ndarray | None, val: Sequence[Instance]) -> tuple[float, dict]:
         """The retrieval prior's weight: ``prior`` itself, or with ``"auto"`` the weight of
@@ -345,6 +366,14 @@ class CrossEncoderSelector(Selector):
 
     def _network_scores(self, batch: Sequence[Instance]) -> np.ndarray:
         """The network's logits (padding -inf)."""
+        memo = getattr(self, "_fit_scores", None)  # inside fit only: the validation scores
+        if memo and all(self._set_key(i) in memo for i in batch):
+            k = max(len(i.candidates) for i in batch)
+            out = np.full((len(batch), k), -np.inf)
+            for b, inst in enumerate(batch):
+                row = memo[self._set_key(inst)]
+                out[b, : len(inst.candidates)] = row[: len(inst.candidates)]
+            return out
         if self.engine == "torch":
             return self._torch_scores(batch)
         runner = getattr(self, "_runner", None)

@@ -194,3 +194,26 @@ def test_retrieval_prior_is_chosen_on_validation_and_saved(fitted, tmp_path):
         make_selector("crossencoder", prior=-1)
     with pytest.raises(ConfigError, match="prior"):
         make_selector("crossencoder", prior="retrieval")
+
+
+def test_one_epoch_scores_validation_once_and_keeps_no_memo(toy_instances_module, monkeypatch):
+    """With one epoch the validation split is scored once (the prior and the calibrator
+    read the same scores); nothing of it stays memoised after the fit."""
+    insts = toy_instances_module
+    train = [i for i in insts if i.split == "train"]
+    val = [i for i in insts if i.split == "val"]
+    sel = make_selector("crossencoder", epochs=1, **SMALL)
+    calls: list[int] = []
+    real = type(sel)._torch_scores
+
+    def counting(self, batch):
+        calls.append(len(batch))
+        return real(self, batch)
+
+    monkeypatch.setattr(type(sel), "_torch_scores", counting)
+    sel.fit(train, val=val)
+    assert calls == [len(val)]
+    assert sel.calibrator_ is not None and len(sel.history_) == 1
+    assert sel._fit_scores == {}
+    sel.score(val)
+    assert calls == [len(val), len(val)]  # scored afresh after the fit

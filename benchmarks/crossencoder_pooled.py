@@ -25,6 +25,11 @@ Runs so far (average rank-1 over the six test splits; retrieval order beside it)
   (73.00) and BM25 (74.62), below LambdaMART (80.09). Its ``.scores.npz`` feeds
   ``crossencoder_stack.py``.
 
+- ``crossencoder_pooled_l6_large.json``: 6 layers, pointwise, 1 epoch, ``--train-pool large
+  --negatives 2 --max-train-questions 6000`` (22,236 pairs; no evaluated question or one
+  sharing its evidence, no TREC DL 2019/2020), grouped splits: 68.61 alone, 76.88 with the
+  prior (w = 0.5 on validation: 82.46 against 80.09 alone); 6,825 s on one shared thread.
+
 With ``--save DIR`` the fitted selector is kept; the per-set validation and test scores
 are written beside the JSON (``<out>.scores.npz``).
 """

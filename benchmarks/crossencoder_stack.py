@@ -49,15 +49,6 @@ CE_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
 PRIOR_WEIGHTS = (0.0, 0.25, 0.5, 1.0)
 
 
-def z(scores: np.ndarray, instances: list) -> np.ndarray:
-    out = np.full(scores.shape, -np.inf)
-    for r, inst in enumerate(instances):
-        k = len(inst.candidates)
-        row = np.asarray(scores[r, :k], dtype=np.float64)
-        out[r, :k] = (row - row.mean()) / (row.std() + 1e-9)
-    return out
-
-
 def cosines(instances: list, width: int) -> np.ndarray:
     out = np.full((len(instances), width), np.nan)
     for r, inst in enumerate(instances):
@@ -83,6 +74,7 @@ def main() -> None:
 
     from chunksel.build import build_instances
     from chunksel.eval.significance import bootstrap_interval, paired_bootstrap
+    from chunksel.selectors.crossencoder import standardised as z
     from chunksel.selectors.ltr import LambdaMARTSelector
 
     saved = np.load(args.scores)

@@ -249,7 +249,7 @@ class CrossEncoderSelector(Selector):
         val = [v for v in val_all if v.answerable(self.label)]
         selector = self
         history: list[dict[str, float]] = []
-        best: dict[str, Any] = {"rank1": -1.0, "state": None, "epoch": 0, "scores": None}
+        best: dict[str, Any] = {"rank1": -1.0, "state": None, "epoch": 0}
 
         class _KeepBest(TrainerCallback):
             """Validation rank-1 after each epoch; the best epoch's weights are kept."""
@@ -260,11 +260,10 @@ class CrossEncoderSelector(Selector):
                     best.update(epoch=epoch, state=None)
                     return
                 selector.model_ = model
-                scores = selector._torch_scores(val)
-                r1 = rank1(scores, val)
+                r1 = rank1(selector._torch_scores(val), val)
                 history.append({"epoch": epoch, "val_rank1": round(r1, 4)})
                 if r1 > best["rank1"]:
-                    best.update(rank1=r1, epoch=epoch, scores=scores,
+                    best.update(rank1=r1, epoch=epoch,
                                 state={k: v.detach().clone() for k, v in model.state_dict().items()})
                 model.train()
 

@@ -18,8 +18,7 @@ def pooled(study: Study, baselines: Sequence[str]) -> dict[str, PooledRow]:
     if len(study.datasets) < 2 or study.part_of:  # a worker: the whole study pools
         return pooled
     # a pooled_fit baseline (the cross-encoder) is pooled in Table 1 already
-    trained = [n for n in baselines
-               if get_selector_class(n).requires_fit and not getattr(get_selector_class(n), "pooled_fit", False)]
+    trained = [n for n in baselines if get_selector_class(n).requires_fit and not get_selector_class(n).pooled_fit]
     strongest_trained = study.strongest(trained)
     pool_train = [i for ds in study.datasets for i in study.splits[ds]["train"]]
     pool_val = [i for ds in study.datasets for i in study.splits[ds]["val"]]

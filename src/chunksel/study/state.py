@@ -76,19 +76,26 @@ class Study:
             sel = make_selector(name, s, self.progress, self.prof, **extra)
             sp = self.splits[ds]
             sel.fit(sp["train"], self.features, sp["val"])
-            metrics, h, ans, picks = evaluate_selector(sel, sp["test"], self.features, picks=True)
-            val = evaluate_selector(sel, sp["val"], self.features)[0]["accuracy"] if sp["val"] else None
-            cost = (measure_cost(sel, sp["test"], self.features, self.prof.latency_queries, self.encoder)
-                    if want_cost else None)
-            if stage == "table1":  # the calibrated probabilities on every test set (study.abstention)
-                from chunksel.study.abstention import abstention_of
-
-                ab = abstention_of(sel, sp["test"], self.features) if sel.calibrator_ is not None else None
-            else:
-                ab = None
-            res = self.memo.put(key, {"metrics": metrics, "hits": h, "answerable": ans, "cost": cost,
-                                      "val_accuracy": val, "picks": picks, "abstention": ab})
+            # the calibrated probabilities on every test set, for Table 1 (study.abstention)
+            res = self.memo.put(key, self._evaluate(sel, sp, want_cost, abstention=stage == "table1"))
         return res
+
+    def _evaluate(self, sel: Any, sp: dict[str, list], want_cost: bool, abstention: bool) -> dict[str, Any]:
+        """A fitted selector's result on one dataset's splits: test metrics, hits and picks,
+        validation accuracy, the cost columns (``want_cost``) and the abstention summary
+        (``abstention``, when calibrated); the test split is scored once."""
+        scores = sel.score(sp["test"], self.features)
+        metrics, h, ans, picks = evaluate_selector(sel, sp["test"], self.features, picks=True, scores=scores)
+        val = evaluate_selector(sel, sp["val"], self.features)[0]["accuracy"] if sp["val"] else None
+        cost = (measure_cost(sel, sp["test"], self.features, self.prof.latency_queries, self.encoder)
+                if want_cost else None)
+        ab = None
+        if abstention and sel.calibrator_ is not None:
+            from chunksel.study.abstention import abstention_of
+
+            ab = abstention_of(sel, sp["test"], self.features, scores=scores)
+        return {"metrics": metrics, "hits": h, "answerable": ans, "cost": cost,
+                "val_accuracy": val, "picks": picks, "abstention": ab}
 
     def table1_result(self, name: str, s: int, ds: str) -> dict[str, Any] | None:
         """Table 1's result of ``name`` (seed ``s``) on ``ds``: its per-dataset fit or, for a
@@ -97,7 +104,7 @@ class Study:
         from chunksel.selectors import get_selector_class
 
         cls = get_selector_class(name)
-        if getattr(cls, "pooled_fit", False) and cls.requires_fit:
+        if cls.pooled_fit and cls.requires_fit:
             return None if self.part_of else self.fit_eval_pooled(name, s)[ds]
         return self.fit_eval(name, s, ds, want_cost=ds == self.cost_dataset)
 
@@ -109,22 +116,9 @@ class Study:
                             cost_dataset=self.cost_dataset, **settings_of(name, s, self.prof))
         res = self.memo.get(key)
         if res is None:
-            from chunksel.study.abstention import abstention_of
-
             sel = self.pooled_model(name, s)
-            res = {}
-            for ds in self.datasets:
-                sp = self.splits[ds]
-                # an expensive scorer: each split scored once
-                scores = sel.score(sp["test"], self.features)
-                metrics, h, ans, picks = evaluate_selector(sel, sp["test"], self.features, picks=True, scores=scores)
-                val = evaluate_selector(sel, sp["val"], self.features)[0]["accuracy"] if sp["val"] else None
-                cost = (measure_cost(sel, sp["test"], self.features, self.prof.latency_queries, self.encoder)
-                        if ds == self.cost_dataset else None)
-                ab = (abstention_of(sel, sp["test"], self.features, scores=scores)
-                      if sel.calibrator_ is not None else None)
-                res[ds] = {"metrics": metrics, "hits": h, "answerable": ans, "cost": cost,
-                           "val_accuracy": val, "picks": picks, "abstention": ab}
+            res = {ds: self._evaluate(sel, self.splits[ds], ds == self.cost_dataset, abstention=True)
+                   for ds in self.datasets}
             res = self.memo.put(key, res)
         return res
 

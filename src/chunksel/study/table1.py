@@ -22,7 +22,7 @@ def table1(study: Study) -> dict[str, Table1Row]:
     for name in study.selectors:
         cls = get_selector_class(name)
         seeds = study.prof.seeds if cls.requires_fit else (study.seed,)
-        pooled = bool(getattr(cls, "pooled_fit", False)) and cls.requires_fit
+        pooled = cls.pooled_fit and cls.requires_fit
         if pooled and study.part_of:  # a bench --jobs worker: the whole study pools
             continue
         pooled_res = {s: study.fit_eval_pooled(name, s) for s in seeds} if pooled else {}

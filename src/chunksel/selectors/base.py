@@ -404,6 +404,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "crossencoder": ("chunksel.selectors.crossencoder:CrossEncoderSelector", "crossencoder"),
     "prototype": ("chunksel.selectors.prototype:PrototypeSelector", "train"),
     "anchored": ("chunksel.selectors.anchored:AnchoredPrototypeSelector", "train"),
+    "anchored-ce": ("chunksel.selectors.stacked:StackedSelector", "crossencoder"),
     "rankgpt": ("chunksel.selectors.llm_listwise:RankGPTSelector", "llm"),
     "utility": ("chunksel.selectors.llm_listwise:UtilitySelector", "llm"),
 }

@@ -9,7 +9,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from chunksel.study.fitting import combine_hits, say
-from chunksel.study.profiles import FLAGSHIP, GENERATOR_ABLATION, PARTS_ABLATION, REPRODUCTION
+from chunksel.study.profiles import (
+    FLAGSHIP,
+    GENERATOR_ABLATION,
+    PARTS_ABLATION,
+    REPRODUCTION,
+    STACKED,
+)
 from chunksel.study.records import Cell, Comparison, GeneratorAblation, Variant
 from chunksel.study.state import Study
 
@@ -57,8 +63,9 @@ def generator_ablation(study: Study) -> GeneratorAblation:
 
 
 def significance(study: Study, baselines: Sequence[str]) -> dict[str, list[Comparison]]:
-    """Per dataset: the flagship and the paper prototype against the dataset's strongest
-    baseline (chosen on validation), and the flagship against retrieval order."""
+    """Per dataset: the flagship, the stacked flagship and the paper prototype against the
+    dataset's strongest baseline (chosen on validation), and the flagship against retrieval
+    order."""
     from chunksel.eval.significance import significance_entry
 
     out: dict[str, list[Comparison]] = {}
@@ -66,7 +73,7 @@ def significance(study: Study, baselines: Sequence[str]) -> dict[str, list[Compa
         return out
     for ds in study.datasets:
         best = study.strongest(baselines, ds)
-        pairs = [(a, best) for a in (FLAGSHIP, REPRODUCTION) if a in study.hits]
+        pairs = [(a, best) for a in (FLAGSHIP, STACKED, REPRODUCTION) if a in study.hits]
         if FLAGSHIP in study.hits and "retrieval" in study.hits and best != "retrieval":
             pairs.append((FLAGSHIP, "retrieval"))
         entries = []

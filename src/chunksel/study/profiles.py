@@ -40,6 +40,8 @@ LLM_DATASETS = ("nq", "hotpotqa")
 LLM_SAMPLE_QUICK = 4
 #: the flagship (retrieval-anchored prototype) and the paper's configuration (reproduction)
 FLAGSHIP = "anchored"
+#: the flagship's accurate operating point: the cross-encoder's score stacked on it
+STACKED = "anchored-ce"
 REPRODUCTION = "prototype"
 #: the flagship's generator ablation: its blocks with and without h and r
 GENERATOR_ABLATION: dict[str, tuple[str, ...]] = {

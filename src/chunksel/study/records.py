@@ -159,6 +159,8 @@ class Table1Row:
     text_p95_ms: float | None = None
     #: one model per seed trained on the pooled training splits (not one per dataset)
     pooled: bool = False
+    #: a stacked row (``anchored-ce``): dataset -> the stacking weight each seed chose on validation
+    stack_weights: dict[str, list[float]] = field(default_factory=dict)
 
     COST_KEYS = ("params", "size_bytes", "p50_ms", "p95_ms", "query_cost", "text_p50_ms", "text_p95_ms")
 
@@ -174,6 +176,8 @@ class Table1Row:
                 out[k] = getattr(self, k)
         if self.pooled:
             out["pooled"] = True
+        if self.stack_weights:
+            out["stack_weights"] = {d: list(w) for d, w in self.stack_weights.items()}
         return out
 
     @classmethod
@@ -181,6 +185,10 @@ class Table1Row:
         x = _map(x, what)
         row = cls(per_dataset=_cells(x.get("per_dataset"), f"{what}.per_dataset"), pooled=bool(x.get("pooled", False)))
         row.set_cost({k: x[k] for k in cls.COST_KEYS if x.get(k) is not None})
+        weights = x.get("stack_weights") or {}
+        if not isinstance(weights, Mapping):
+            raise DataError(f"{what}.stack_weights must be an object")
+        row.stack_weights = {str(d): [float(v) for v in w] for d, w in weights.items()}
         return row
 
 

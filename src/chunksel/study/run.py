@@ -102,7 +102,11 @@ def run_bench(
     the per-dataset stages on its datasets into the shared memo and caches (their logs
     and partial reports under ``<out>/parts/``), then this process runs the whole study,
     which reads their results back and adds what spans datasets (pooled training).
-    ``threads`` is each worker's thread count. A worker (``chunksel bench --part``,
+    ``threads`` is each worker's thread count; the stages this process runs alone (the
+    generator features before the workers start, then the whole study's stages: pooled
+    training, the cross-encoder's training and scoring) use ``jobs * threads`` threads,
+    the cores the workers leave idle (the cost columns are still measured on one
+    thread). A worker (``chunksel bench --part``,
     :func:`worker_command`) runs with ``part_of`` set to the whole study's first dataset
     (see :func:`run_study`).
     """
@@ -165,7 +169,8 @@ def run_bench(
         questions = [i.question for ds in datasets for i in built[ds].instances]
         questions += [i.question for insts in never_trained.values() for i in insts]
         say(f"generator features: {len(questions)} questions")
-        features = extract_question_features(questions, generator=generator, progress=progress)
+        with _alone(jobs, threads, part_of):
+            features = extract_question_features(questions, generator=generator, progress=progress)
         timings["features"] = time.time() - t0
 
     if jobs > 1 and len(datasets) > 1:
@@ -182,9 +187,22 @@ def run_bench(
                            for ds in datasets},
         "data_checksums": {ds: built[ds].config.get("inputs") for ds in datasets},
     }
-    return run_study(instances, selectors, prof, features, out_dir, seed=seed, progress=progress,
-                     extra_config=extra_config, timings=timings, t_start=t_start, reuse=reuse, part_of=part_of,
-                     never_trained=never_trained)
+    with _alone(jobs, threads, part_of):
+        return run_study(instances, selectors, prof, features, out_dir, seed=seed, progress=progress,
+                         extra_config=extra_config, timings=timings, t_start=t_start, reuse=reuse,
+                         part_of=part_of, never_trained=never_trained)
+
+
+def _alone(jobs: int, threads: int | None, part_of: str | None) -> Any:
+    """The thread limit of a stage the whole study's process runs alone under ``--jobs``:
+    ``jobs * threads`` (no change without ``--jobs`` or ``--threads``, or in a worker)."""
+    from contextlib import nullcontext
+
+    from chunksel.threads import limit_threads
+
+    if jobs <= 1 or threads is None or part_of is not None:
+        return nullcontext()
+    return limit_threads(jobs * threads)
 
 
 def _overlap(built: Any) -> dict:

@@ -64,29 +64,83 @@ class Study:
         self.cost_dataset = self.part_of or self.datasets[0]
         #: the encoder of the cost stage's raw-text path (None: the packaged MiniLM)
         self.encoder: Any = None
+        #: the members of the stacked rows (``anchored-ce``): their Table 1 fits keep their
+        #: validation and test scores and their fitted models, which the stacked row reads
+        self.stack_members: set[str] = set()
+        for name in selectors:
+            cls = _class(name)
+            if getattr(cls, "member_name", None):
+                self.stack_members |= {cls.base_name, cls.member_name}
+        self._models: dict[str, Any] = {}  # memo key -> a fitted member model (this process)
 
     # ---------------------------------------------------------------- one fit
+    def wants_cost(self, name: str, s: int, ds: str) -> bool:
+        """Whether Table 1 measures ``name``'s cost columns on this fit: its first seed on the
+        cost dataset."""
+        cls = _class(name)
+        seeds = self.prof.seeds if cls.requires_fit else (self.seed,)
+        return s == seeds[0] and ds == self.cost_dataset
+
+    def _fit_key(self, name: str, s: int, ds: str, stage: str, want_cost: bool, member: bool,
+                 extra: dict[str, Any]) -> str:
+        return self.memo.key(stage=stage, data=self.split_fp[ds], cost=want_cost,
+                             **({"member": True} if member else {}), **settings_of(name, s, self.prof, **extra))
+
     def fit_eval(self, name: str, s: int, ds: str, stage: str = "table1", want_cost: bool = False,
                  **extra: Any) -> dict[str, Any]:
-        """Fit ``name`` (seed ``s``) on ``ds``'s training split; test and validation metrics."""
-        key = self.memo.key(stage=stage, data=self.split_fp[ds], cost=want_cost,
-                            **settings_of(name, s, self.prof, **extra))
+        """Fit ``name`` (seed ``s``) on ``ds``'s training split; test and validation metrics
+        (a stacked row's member's Table 1 fit: also its scores, and the model is kept)."""
+        member = stage == "table1" and name in self.stack_members and not extra
+        key = self._fit_key(name, s, ds, stage, want_cost, member, extra)
         res = self.memo.get(key)
+        if res is not None and member and self._kept(key) is None:
+            res = None  # the member's model is gone: fit again
         if res is None:
             sel = make_selector(name, s, self.progress, self.prof, **extra)
             sp = self.splits[ds]
             sel.fit(sp["train"], self.features, sp["val"])
             # the calibrated probabilities on every test set, for Table 1 (study.abstention)
-            res = self.memo.put(key, self._evaluate(sel, sp, want_cost, abstention=stage == "table1"))
+            res = self._evaluate(sel, sp, want_cost, abstention=stage == "table1", keep_scores=member)
+            if member:
+                self._keep(key, sel)
+            res = self.memo.put(key, res)
         return res
 
-    def _evaluate(self, sel: Any, sp: dict[str, list], want_cost: bool, abstention: bool) -> dict[str, Any]:
+    def _keep(self, key: str, sel: Any) -> None:
+        """Keep a stacked row's member model: in this process, and (memo on) under
+        ``<cache>/bench-models/fit-<key>/`` for the other processes of ``bench --jobs``."""
+        self._models[key] = sel
+        if self.memo.enabled:
+            from chunksel.config import cache_root
+
+            sel.save(cache_root() / "bench-models" / f"fit-{key}")
+
+    def _kept(self, key: str) -> Any:
+        """The member model :meth:`_keep` kept under ``key`` (None: none, or a corrupt save)."""
+        if key in self._models or not self.memo.enabled:
+            return self._models.get(key)
+        from chunksel.config import cache_root
+        from chunksel.errors import ChunkselError
+        from chunksel.selectors import load_selector
+
+        folder = cache_root() / "bench-models" / f"fit-{key}"
+        try:
+            self._models[key] = load_selector(folder) if (folder / "config.json").is_file() else None
+        except ChunkselError:
+            self._models[key] = None
+        return self._models[key]
+
+    def _evaluate(self, sel: Any, sp: dict[str, list], want_cost: bool, abstention: bool,
+                  keep_scores: bool = False) -> dict[str, Any]:
         """A fitted selector's result on one dataset's splits: test metrics, hits and picks,
-        validation accuracy, the cost columns (``want_cost``) and the abstention summary
-        (``abstention``, when calibrated); the test split is scored once."""
+        validation accuracy, the cost columns (``want_cost``), the abstention summary
+        (``abstention``, when calibrated) and, with ``keep_scores``, the validation and test
+        scores by instance id; each split is scored once."""
         scores = sel.score(sp["test"], self.features)
         metrics, h, ans, picks = evaluate_selector(sel, sp["test"], self.features, picks=True, scores=scores)
-        val = evaluate_selector(sel, sp["val"], self.features)[0]["accuracy"] if sp["val"] else None
+        val_scores = sel.score(sp["val"], self.features) if sp["val"] else None
+        val = (evaluate_selector(sel, sp["val"], self.features, scores=val_scores)[0]["accuracy"]
+               if sp["val"] else None)
         cost = (measure_cost(sel, sp["test"], self.features, self.prof.latency_queries, self.encoder)
                 if want_cost else None)
         ab = None
@@ -94,30 +148,66 @@ class Study:
             from chunksel.study.abstention import abstention_of
 
             ab = abstention_of(sel, sp["test"], self.features, scores=scores)
-        return {"metrics": metrics, "hits": h, "answerable": ans, "cost": cost,
-                "val_accuracy": val, "picks": picks, "abstention": ab}
+        out = {"metrics": metrics, "hits": h, "answerable": ans, "cost": cost,
+               "val_accuracy": val, "picks": picks, "abstention": ab}
+        if keep_scores:
+            out["scores"] = {split: _by_id(sp[split], sc) for split, sc in (("val", val_scores), ("test", scores))}
+        return out
+
+    def fit_eval_stacked(self, name: str, s: int, ds: str) -> dict[str, Any]:
+        """A stacked row (``anchored-ce``, seed ``s``) on ``ds``: its base's Table 1 fit on
+        ``ds`` and its member's pooled model, their scores handed over (nothing scored
+        twice), the stacking weight chosen on ``ds``'s validation split; the cost columns
+        (the whole query path, both members cold) on the cost dataset."""
+        cls = _class(name)
+        want_cost = self.wants_cost(name, s, ds)
+        base_key = self._fit_key(cls.base_name, s, ds, "table1", self.wants_cost(cls.base_name, s, ds), True, {})
+        key = self.memo.key(stage="table1-stacked", data=[self.split_fp[d] for d in self.datasets], dataset=ds,
+                            cost=want_cost, **settings_of(name, s, self.prof))
+        res = self.memo.get(key)
+        if res is None:
+            base_res = self.fit_eval(cls.base_name, s, ds, want_cost=self.wants_cost(cls.base_name, s, ds))
+            member_res = self.fit_eval_pooled(cls.member_name, s)[ds]
+            sel = make_selector(name, s, self.progress, self.prof).with_members(
+                self._kept(base_key), self.pooled_model(cls.member_name, s))
+            sel.given_scores({**base_res["scores"]["val"], **base_res["scores"]["test"]},
+                             {**member_res["scores"]["val"], **member_res["scores"]["test"]})
+            sp = self.splits[ds]
+            sel.fit(sp["train"], self.features, sp["val"])
+            res = self._evaluate(sel, sp, want_cost=False, abstention=True)
+            sel.forget_scores()  # the cost columns time the whole path, cold
+            if want_cost:
+                res["cost"] = measure_cost(sel, sp["test"], self.features, self.prof.latency_queries, self.encoder)
+            res["weight"] = sel.weight_
+            res = self.memo.put(key, res)
+        return res
 
     def table1_result(self, name: str, s: int, ds: str) -> dict[str, Any] | None:
         """Table 1's result of ``name`` (seed ``s``) on ``ds``: its per-dataset fit or, for a
         ``pooled_fit`` selector, the pooled model's (None in a ``bench --jobs`` worker, which
-        leaves pooled rows to the whole study)."""
+        leaves pooled and stacked rows to the whole study)."""
         from chunksel.selectors import get_selector_class
 
         cls = get_selector_class(name)
+        if getattr(cls, "member_name", None):
+            return None if self.part_of else self.fit_eval_stacked(name, s, ds)
         if cls.pooled_fit and cls.requires_fit:
             return None if self.part_of else self.fit_eval_pooled(name, s)[ds]
-        return self.fit_eval(name, s, ds, want_cost=ds == self.cost_dataset)
+        return self.fit_eval(name, s, ds, want_cost=self.wants_cost(name, s, ds))
 
     def fit_eval_pooled(self, name: str, s: int) -> dict[str, dict[str, Any]]:
         """Fit ``name`` (seed ``s``, a ``pooled_fit`` selector) once on the pooled training
         splits of every dataset (validation: their pooled validation splits); per dataset,
         the same result :meth:`fit_eval` gives, the cost measured on the cost dataset."""
+        member = name in self.stack_members
         key = self.memo.key(stage="table1-pooled", data=[self.split_fp[ds] for ds in self.datasets],
-                            cost_dataset=self.cost_dataset, **settings_of(name, s, self.prof))
+                            cost_dataset=self.cost_dataset, **({"member": True} if member else {}),
+                            **settings_of(name, s, self.prof))
         res = self.memo.get(key)
         if res is None:
             sel = self.pooled_model(name, s)
-            res = {ds: self._evaluate(sel, self.splits[ds], ds == self.cost_dataset, abstention=True)
+            res = {ds: self._evaluate(sel, self.splits[ds], ds == self.cost_dataset, abstention=True,
+                                      keep_scores=member)
                    for ds in self.datasets}
             res = self.memo.put(key, res)
         return res
@@ -138,9 +228,11 @@ class Study:
         key = digest({"settings": settings_of(name, s, self.prof), "train": instances_fingerprint(train),
                       "val": instances_fingerprint(val), "features": features_fingerprint(self.features, ids)})
         folder = cache_root() / "bench-models" / f"{name}-{key}"
+        if folder.name in self._models:  # this process's
+            return self._models[folder.name]
         if self.memo.enabled and (folder / "config.json").is_file():
             try:
-                sel = load_selector(folder)
+                sel = self._models[folder.name] = load_selector(folder)
                 say(f"table 1: {name} seed {s}: the pooled model from {folder}")
                 return sel
             except ChunkselError as exc:  # a torn or corrupt save: train again
@@ -150,6 +242,7 @@ class Study:
         sel.fit(train, self.features, val)
         if self.memo.enabled:
             sel.save(folder)
+        self._models[folder.name] = sel
         return sel
 
     def strongest(self, names: Sequence[str], ds: str | None = None) -> str | None:
@@ -162,3 +255,16 @@ class Study:
 
         names = [n for n in names if n in self.val_acc]
         return max(names, key=score) if names else None
+
+
+def _class(name: str) -> Any:
+    from chunksel.selectors import get_selector_class
+
+    return get_selector_class(name)
+
+
+def _by_id(batch: Sequence[Any], scores: np.ndarray | None) -> dict[str, list[float]]:
+    """``{instance id: its real candidates' scores}`` (JSON-ready)."""
+    if scores is None:
+        return {}
+    return {inst.id: [float(x) for x in row[: len(inst.candidates)]] for inst, row in zip(batch, scores, strict=True)}

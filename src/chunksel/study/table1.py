@@ -2,7 +2,8 @@
 seeds, evaluated on its test and validation splits; the cost columns measured on the
 (whole) study's first dataset. A ``pooled_fit`` selector (the cross-encoder) is trained
 once per seed on the pooled training splits of every dataset instead, and that one
-model evaluated on each (the row says so)."""
+model evaluated on each (the row says so). A stacked row (``anchored-ce``) reads its
+members' fits (:meth:`~chunksel.study.state.Study.fit_eval_stacked`)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def table1(study: Study) -> dict[str, Table1Row]:
         cls = get_selector_class(name)
         seeds = study.prof.seeds if cls.requires_fit else (study.seed,)
         pooled = cls.pooled_fit and cls.requires_fit
-        if pooled and study.part_of:  # a bench --jobs worker: the whole study pools
+        stacked = bool(getattr(cls, "member_name", None))
+        if (pooled or stacked) and study.part_of:  # a bench --jobs worker: the whole study pools and stacks
             continue
         pooled_res = {s: study.fit_eval_pooled(name, s) for s in seeds} if pooled else {}
         row = Table1Row(pooled=pooled)
@@ -32,7 +34,13 @@ def table1(study: Study) -> dict[str, Table1Row]:
             accs, vals = [], []
             for s in seeds:
                 want_cost = s == seeds[0] and ds == study.cost_dataset
-                res = pooled_res[s][ds] if pooled else study.fit_eval(name, s, ds, want_cost=want_cost)
+                if pooled:
+                    res = pooled_res[s][ds]
+                elif stacked:
+                    res = study.fit_eval_stacked(name, s, ds)
+                    row.stack_weights.setdefault(ds, []).append(float(res["weight"]))
+                else:
+                    res = study.fit_eval(name, s, ds, want_cost=want_cost)
                 metrics = res["metrics"]
                 accs.append(100.0 * metrics["accuracy"])
                 vals.append(None if res["val_accuracy"] is None else 100.0 * res["val_accuracy"])

@@ -66,7 +66,7 @@ def format_table1(results: Results) -> str:
         cells.append(avg_cell)
         row_vals.append(avg if complete else None)
         rows.append([
-            selector_label(name) + (" ‡" if row.pooled else ""), fmt_params(row.params), fmt_bytes(row.size_bytes),
+            selector_label(name) + (" ‡" if row.pooled else "") + (" §" if row.stack_weights else ""), fmt_params(row.params), fmt_bytes(row.size_bytes),
             fmt(row.p50_ms, 3), fmt(row.p95_ms, 3),
         ] + ([fmt(row.text_p50_ms, 3)] if has_text else []) + [str(row.query_cost or DASH)] + cells)
         vals.append(row_vals)
@@ -79,6 +79,13 @@ def format_table1(results: Results) -> str:
     if any(row.pooled for row in t1.values()):
         text += ("\n\n‡ one model per seed trained on the pooled training splits of every dataset "
                  "(validation: the pooled validation splits), evaluated on each dataset's test split.")
+    for name, row in t1.items():
+        if row.stack_weights:
+            chosen = ", ".join(f"{dataset_label(d)} {'/'.join(f'{w:g}' for w in ws)}"
+                               for d, ws in row.stack_weights.items() if d in datasets)
+            text += (f"\n\n§ {selector_label(name)}: z(anchored) + w z(cross-encoder) within each set, the "
+                     "per-dataset anchored fit and the pooled cross-encoder above; w chosen on each dataset's "
+                     f"validation split (0: the anchored row's ranking, the cross-encoder not run): {chosen}.")
     counts = []
     for d in datasets:
         n = next((r.per_dataset[d].n for r in t1.values() if d in r.per_dataset and r.per_dataset[d].n is not None),

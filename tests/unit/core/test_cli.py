@@ -192,7 +192,7 @@ def test_select_works_with_any_saved_selector(capsys, tmp_path):
     [
         ("{tmp}/missing", ("--model '{tmp}/missing': the directory does not exist",)),
         ("./gone", ("the directory does not exist",)),
-        ("nope", ("neither a saved selector directory", "known: anchored, bm25")),
+        ("nope", ("neither a saved selector directory", "known: anchored, anchored-ce, bm25")),
         ("knrm", ("selector 'knrm' must be trained first", "chunksel train --selector knrm")),
         ("{tmp}", ("is not a saved selector (no config.json)",)),
     ],

@@ -30,6 +30,8 @@ SMALL: dict[str, dict] = {
     "prototype": {"hidden": 16, "max_epochs": 2, "batch_size": 8},
     "anchored": {"hidden": 16, "phi_hidden": 8, "max_epochs": 2, "batch_size": 8},
     "crossencoder": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4},
+    "anchored-ce": {"base_params": {"hidden": 16, "phi_hidden": 8, "max_epochs": 2, "batch_size": 8},
+                    "member_params": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4}},
     # the LLM selectors on the model-free scripted backend (tests/doubles.py)
     "rankgpt": {"backend": "scripted"},
     "utility": {"backend": "scripted"},
@@ -76,6 +78,8 @@ def trained(tmp_path_factory, tiny_generator):
         kw = {k: v for k, v in SMALL.get(name, {}).items() if k in params}
         if "corpus" in params:
             kw["corpus"] = str(corpus)
+        if "base_params" in params:  # the stacked selector's base reads it
+            kw["base_params"] = {**kw["base_params"], "corpus": str(corpus)}
         if "progress" in params:
             kw["progress"] = False
         sel = cls(**kw).fit(train, feats, val)

@@ -25,6 +25,9 @@ SMALL: dict[str, dict] = {
     "sras": {"hidden": 16, "warmup_epochs": 2, "ppo_epochs": 1, "update_epochs": 2, "reward": "label"},
     # the real MiniLM weights, one layer kept, one short epoch
     "crossencoder": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4},
+    # the stacked flagship: both of the above, trained by its own fit
+    "anchored-ce": {"base_params": {"hidden": 16, "phi_hidden": 8, "max_epochs": 2, "batch_size": 8},
+                    "member_params": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4}},
     # the LLM selectors on the model-free scripted backend (tests/doubles.py)
     "rankgpt": {"backend": "scripted"},
     "utility": {"backend": "scripted"},
@@ -48,6 +51,8 @@ def _settings(name: str, corpus: Path) -> dict:
     out = {k: v for k, v in SMALL.get(name, {}).items() if k in params}
     if CORPUS_SETTING in params:
         out[CORPUS_SETTING] = str(corpus)
+    if "base_params" in params:  # a stacked selector's base reads them
+        out["base_params"] = {**out.get("base_params", {}), CORPUS_SETTING: str(corpus)}
     if "progress" in params:
         out["progress"] = False
     return out

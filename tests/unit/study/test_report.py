@@ -288,6 +288,27 @@ def test_flagship_targets_measured_verdicts_and_shortfalls():
     assert "## The flagship against its targets" in render_markdown(_flagship_results("full"))
 
 
+def test_the_stacked_row_is_judged_against_its_own_targets():
+    from chunksel.study.targets import STACKED_TARGETS, flagship_targets, format_flagship_targets
+
+    r = _flagship_results("large")
+    r["table1"]["anchored-ce"] = {"per_dataset": {"triviaqa": {"seeds": [74.0], "n": 100},
+                                                  "nq": {"seeds": [75.0], "n": 100}}}
+    r["significance"]["triviaqa"].append({"a": "anchored-ce", "b": "lambdamart", "diff": 6.0, "lo": 3.0, "hi": 9.0,
+                                          "p": 0.01, "n": 100, "acc_a": 74.0, "acc_b": 68.0})
+    r["significance"]["nq"].append({"a": "anchored-ce", "b": "lambdamart", "diff": 0.0, "lo": -2.0, "hi": 2.0,
+                                    "p": 1.0, "n": 100, "acc_a": 75.0, "acc_b": 75.0})
+    t = flagship_targets(r, "anchored-ce")
+    assert t["margin_over_strongest"] == pytest.approx(74.5 - 71.5) and t["n_better"] == 1
+    text = format_flagship_targets(r, "anchored-ce")
+    assert _row(text, "Average above the strongest baseline (LambdaMART)")[1:4] == [
+        "+3.00", f"≥ +{STACKED_TARGETS['margin_over_strongest']:.2f}", "met"]
+    sig = _row(text, "Significantly better than the strongest baseline (large profile: ≥ 2 of 2)")
+    assert sig[1:4] == ["1 of 2", "≥ 2", "not met"]
+    assert "Learning curves" not in text  # the curves are the flagship's, not this row's
+    assert "## The stacked flagship (anchored + cross-encoder) against its targets" in render_markdown(r)
+
+
 def test_a_target_missed_by_less_than_a_shown_digit_shows_the_digit():
     from chunksel.study.targets import format_flagship_targets
 

@@ -72,6 +72,14 @@ class StackedSelector(Selector):
         for label, p in (("base_params", base_params), ("member_params", member_params)):
             if p is not None and not isinstance(p, Mapping):
                 raise ConfigError(f"{self.name} {label} must be a mapping of settings, got {type(p).__name__}")
+        from chunksel.selectors import get_selector_class
+        from chunksel.selectors.params import check_ranges, coerce_params
+
+        for label, p, member in (("base_params", base_params, self.base_name),
+                                 ("member_params", member_params, self.member_name)):
+            if p:  # a misspelt or out-of-range member setting fails here, before any data loads
+                cls = get_selector_class(member)
+                check_ranges(member, coerce_params(cls, p, f"{self.name} {label}"))
         self.weight = weight
         self.base_params = dict(base_params or {})
         self.member_params = dict(member_params or {})

@@ -123,6 +123,10 @@ def test_bad_settings_and_members_are_named(members):
             make_selector("anchored-ce", weight=bad)
     with pytest.raises(ConfigError, match="base_params"):
         make_selector("anchored-ce", base_params=[1, 2])
+    with pytest.raises(ConfigError, match="unknown parameter 'hiden'.*did you mean 'hidden'"):
+        make_selector("anchored-ce", base_params={"hiden": 1})
+    with pytest.raises(ConfigError, match="'layers' of selector 'crossencoder'"):
+        make_selector("anchored-ce", member_params={"layers": 9})
     with pytest.raises(ConfigError, match="the base must be a fitted 'anchored'"):
         make_selector("anchored-ce").with_members(member, member)
     with pytest.raises(ConfigError, match="the member must be a fitted 'crossencoder'"):

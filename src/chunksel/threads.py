@@ -85,4 +85,16 @@ def limit_threads(n: int = 1) -> Iterator[None]:
                 faiss.omp_set_num_threads(prev_faiss)
 
 
-__all__ = ["POOL_ENV", "limit_threads", "set_threads"]
+def thread_budget() -> int:
+    """The threads the current block may use: torch's intra-op count where torch is loaded
+    (what :func:`set_threads` and :func:`limit_threads` set), else ``OMP_NUM_THREADS``,
+    else the CPU count. Engines that take a thread count at construction (an ONNX Runtime
+    session) read it, so a one-thread cost measurement gets a one-thread session."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return max(1, int(torch.get_num_threads()))
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    return int(env) if env.isdigit() and int(env) > 0 else max(1, os.cpu_count() or 1)
+
+
+__all__ = ["POOL_ENV", "limit_threads", "set_threads", "thread_budget"]

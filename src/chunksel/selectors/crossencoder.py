@@ -283,9 +283,9 @@ class CrossEncoderSelector(Selector):
         self.model_ = model
         self.history_ = history
         self.best_epoch_ = int(best["epoch"])
-        self._runner = None
-        # the validation split scored once: the prior's choice and the calibrator (the base
-        # class's fit wrapper, then _end_fit) read it
+        self._drop_runners()
+        # the validation split scored once: the prior's choice, the calibrator (the base
+        # class's fit wrapper) and a study's evaluation of the same sets read it
         val_scores = self._network_scores(val_all) if val_all else None
         self._fit_scores = {} if val_scores is None else {
             self._set_key(inst): row for inst, row in zip(val_all, val_scores, strict=True)}
@@ -301,8 +301,11 @@ class CrossEncoderSelector(Selector):
             raise
 
     def _end_fit(self) -> None:
-        """After the fit and its calibration: the validation scores are no longer read."""
-        self._fit_scores = {}
+        """After the fit and its calibration the validation sets' logits stay (a few floats a
+        set, for these weights only: a new fit or a load drops them). Evaluating this model
+        on the same sets reads them instead of running the network again; inside
+        :func:`~chunksel.selectors.letor.memo_off` (a cost measurement, the application
+        path) they are never read."""
 
     @staticmethod
     def _set_key(inst: Instance) -> tuple:
@@ -365,8 +368,10 @@ class CrossEncoderSelector(Selector):
 
     def _network_scores(self, batch: Sequence[Instance]) -> np.ndarray:
         """The network's logits (padding -inf)."""
-        memo = getattr(self, "_fit_scores", None)  # inside fit only: the validation scores
-        if memo and all(self._set_key(i) in memo for i in batch):
+        from chunksel.selectors.letor import MEMO_ENABLED
+
+        memo = getattr(self, "_fit_scores", None)  # the validation sets scored at fit time
+        if memo and MEMO_ENABLED.get() and all(self._set_key(i) in memo for i in batch):
             k = max(len(i.candidates) for i in batch)
             out = np.full((len(batch), k), -np.inf)
             for b, inst in enumerate(batch):
@@ -375,15 +380,37 @@ class CrossEncoderSelector(Selector):
             return out
         if self.engine == "torch":
             return self._torch_scores(batch)
-        runner = getattr(self, "_runner", None)
-        if runner is None:
-            from chunksel.export.crossencoder import OnnxCrossEncoder, export_crossencoder
+        return self._unflatten(self._onnx_runner().score(self._pairs(batch)), batch)
 
-            tmp = Path(getattr(self, "_onnx_dir", "") or _tempdir())
-            self._onnx_dir = str(tmp)
-            onnx_path = export_crossencoder(self.model_, tmp / "crossencoder.onnx", quantize=self.quantize)
-            runner = self._runner = OnnxCrossEncoder(onnx_path, self.model_.tokenizer, self.max_length)
-        return self._unflatten(runner.score(self._pairs(batch)), batch)
+    def _onnx_runner(self) -> Any:
+        """The ONNX Runtime session for the current thread budget
+        (:func:`~chunksel.threads.thread_budget`: one thread inside a cost measurement, all
+        the study's threads for its bulk scoring). The graph is exported once per fit or
+        load, into a temporary folder removed with the selector (or at exit)."""
+        from chunksel.export.crossencoder import OnnxCrossEncoder, export_crossencoder
+        from chunksel.threads import thread_budget
+
+        threads = thread_budget()
+        runners = self.__dict__.setdefault("_runners", {})
+        if threads not in runners:
+            graph = getattr(self, "_onnx_graph", None)
+            if graph is None or not Path(graph).is_file():
+                import shutil
+                import tempfile
+                import weakref
+
+                tmp = tempfile.mkdtemp(prefix="chunksel-ce-onnx-")
+                weakref.finalize(self, shutil.rmtree, tmp, True)
+                graph = export_crossencoder(self.model_, Path(tmp) / "crossencoder.onnx", quantize=self.quantize)
+                self._onnx_graph = str(graph)
+            runners[threads] = OnnxCrossEncoder(graph, self.model_.tokenizer, self.max_length, threads=threads)
+        return runners[threads]
+
+    def _drop_runners(self) -> None:
+        """New weights: the exported graph and its sessions (and the kept scores) go."""
+        self._runners = {}
+        self._onnx_graph = None
+        self._fit_scores = {}
 
     # ---------------------------------------------------------------- save/load
     def _state_config(self) -> dict[str, Any]:
@@ -404,10 +431,5 @@ class CrossEncoderSelector(Selector):
         self.history_ = list(state.get("history", []))
         self.prior_weight_ = float(state.get("prior_weight", 0.0))  # older saves: no prior
         self.prior_val_ = dict(state.get("prior_val_rank1", {}))
-        self._runner = None
+        self._drop_runners()
 
-
-def _tempdir() -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="chunksel-ce-onnx-")

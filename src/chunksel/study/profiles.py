@@ -114,7 +114,9 @@ class Profile:
 
 
 PROFILES = {
-    "quick": Profile("quick", limit=500, seeds=(0,), budgets=(10, 20, 30, 40, 50, 60, 70, 80, 90, 100),
+    # Table 3's budgets as on the full profile: ten points on 36-98 test questions a
+    # dataset added nothing five do not show, and cost 3.6 minutes of the cold quick run
+    "quick": Profile("quick", limit=500, seeds=(0,), budgets=(10, 30, 50, 70, 100),
                      latency_queries=50, overrides={"sras": SRAS_QUICK, "crossencoder": CE_QUICK},
                     answer_datasets=("triviaqa", "nq"), answer_sample=ANSWER_SAMPLE_QUICK,
                     llm_datasets=("nq",), llm_sample=LLM_SAMPLE_QUICK),

@@ -196,12 +196,17 @@ def test_retrieval_prior_is_chosen_on_validation_and_saved(fitted, tmp_path):
         make_selector("crossencoder", prior="retrieval")
 
 
-def test_one_epoch_scores_validation_once_and_keeps_no_memo(toy_instances_module, monkeypatch):
-    """With one epoch the validation split is scored once (the prior and the calibrator
-    read the same scores); nothing of it stays memoised after the fit."""
+def test_one_epoch_scores_validation_once_and_a_cost_measurement_scores_afresh(toy_instances_module, monkeypatch,
+                                                                              tmp_path):
+    """With one epoch the validation split is scored once: the prior, the calibrator and a
+    later evaluation of the same sets read those scores. Inside ``memo_off`` (the cost
+    stage, the application path), on other sets, and after a load the network runs."""
+    from chunksel.selectors.letor import memo_off
+
     insts = toy_instances_module
     train = [i for i in insts if i.split == "train"]
     val = [i for i in insts if i.split == "val"]
+    test = [i for i in insts if i.split == "test"]
     sel = make_selector("crossencoder", epochs=1, **SMALL)
     calls: list[int] = []
     real = type(sel)._torch_scores
@@ -214,6 +219,39 @@ def test_one_epoch_scores_validation_once_and_keeps_no_memo(toy_instances_module
     sel.fit(train, val=val)
     assert calls == [len(val)]
     assert sel.calibrator_ is not None and len(sel.history_) == 1
-    assert sel._fit_scores == {}
-    sel.score(val)
-    assert calls == [len(val), len(val)]  # scored afresh after the fit
+    kept = sel.score(val)
+    assert calls == [len(val)]  # the evaluation of the validation sets read the fit's scores
+    with memo_off():
+        np.testing.assert_allclose(sel.score(val), kept, rtol=1e-6)
+    assert calls == [len(val), len(val)]  # a cost measurement pays for the network
+    sel.score(test[:2])
+    assert calls[-1] == 2
+    sel.save(tmp_path / "ce")
+    again = load_selector(tmp_path / "ce")
+    assert again._fit_scores == {}
+
+
+def test_onnx_sessions_follow_the_thread_budget_and_the_graph_is_removed(fitted, tmp_path):
+    """Bulk scoring uses the threads the block may use; a one-thread block (the cost
+    stage) gets a one-thread session; the exported graph's folder goes with the selector."""
+    import gc
+
+    from chunksel.threads import limit_threads
+
+    sel, insts = fitted
+    sel.save(tmp_path / "ce")
+    onnx = load_selector(tmp_path / "ce")
+    onnx.engine = "onnxruntime"
+    with limit_threads(2):
+        two = onnx.score(insts)
+    with limit_threads(1):
+        one = onnx.score(insts)
+    assert sorted(onnx._runners) == [1, 2]
+    assert [r.session.get_session_options().intra_op_num_threads for _, r in sorted(onnx._runners.items())] == [1, 2]
+    mask = np.isfinite(one)
+    np.testing.assert_allclose(two[mask], one[mask], atol=1e-5)
+    folder = Path(onnx._onnx_graph).parent
+    assert folder.is_dir()
+    del onnx
+    gc.collect()
+    assert not folder.exists()

@@ -74,3 +74,15 @@ def test_set_threads_refuses_fewer_than_one(n):
     with pytest.raises(ConfigError, match=rf"--threads must be a whole number >= 1, got {n}"):
         set_threads(n)
     set_threads(None)  # no limit: nothing happens
+
+
+def test_thread_budget_follows_the_block_limit():
+    """An engine built inside ``limit_threads(n)`` reads ``n`` (the cost stage's one thread)."""
+    pytest.importorskip("torch")
+    from chunksel.threads import limit_threads, thread_budget
+
+    with limit_threads(1):
+        assert thread_budget() == 1
+        with limit_threads(2):
+            assert thread_budget() == 2
+        assert thread_budget() == 1

@@ -80,6 +80,9 @@ class Selector(ABC):
     #: a study fits one model per seed on the pooled training splits of its datasets and
     #: evaluates it on each (the cross-encoder: one training run, not one per dataset)
     pooled_fit: ClassVar[bool] = False
+    #: a stacked row: it combines two selectors a study has already fitted (``base_name``,
+    #: fitted per dataset, and ``member_name``), handed over instead of trained again
+    stacked: ClassVar[bool] = False
     #: the query-side cost it adds: "none", "bm25" (corpus term statistics),
     #: "warmup" (the generator's question-only pass, which generation needs anyway) or
     #: "warmup+bm25" (both) or "llm" (LLM calls per query: the rankgpt / utility selectors)

@@ -62,6 +62,7 @@ class StackedSelector(Selector):
     family = "prototype"
     role = "flagship"
     query_cost = "warmup+bm25"
+    stacked = True
     base_name, member_name = "anchored", "crossencoder"
 
     def __init__(self, weight: str | float = "auto", base_params: Mapping[str, Any] | None = None,

@@ -35,7 +35,7 @@ def make_selector(name: str, seed: int, progress: bool, prof: Profile, **extra: 
     cls = get_selector_class(name)
     names = cls._param_names()
     settings = {"seed": seed, "progress": progress, **prof.overrides.get(name, {}), **extra}
-    if getattr(cls, "member_name", None):  # a stacked row: its members' settings are the profile's
+    if cls.stacked:  # a stacked row: its members' settings are the profile's
         settings.setdefault("base_params", dict(prof.overrides.get(cls.base_name, {})))
         settings.setdefault("member_params", dict(prof.overrides.get(cls.member_name, {})))
     params = {k: v for k, v in settings.items() if k in names}

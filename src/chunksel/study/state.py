@@ -69,7 +69,7 @@ class Study:
         self.stack_members: set[str] = set()
         for name in selectors:
             cls = _class(name)
-            if getattr(cls, "member_name", None):
+            if cls.stacked:
                 self.stack_members |= {cls.base_name, cls.member_name}
         self._models: dict[str, Any] = {}  # memo key -> a fitted member model (this process)
 
@@ -161,12 +161,13 @@ class Study:
         (the whole query path, both members cold) on the cost dataset."""
         cls = _class(name)
         want_cost = self.wants_cost(name, s, ds)
-        base_key = self._fit_key(cls.base_name, s, ds, "table1", self.wants_cost(cls.base_name, s, ds), True, {})
+        base_cost = self.wants_cost(cls.base_name, s, ds)
+        base_key = self._fit_key(cls.base_name, s, ds, "table1", base_cost, True, {})
         key = self.memo.key(stage="table1-stacked", data=[self.split_fp[d] for d in self.datasets], dataset=ds,
                             cost=want_cost, **settings_of(name, s, self.prof))
         res = self.memo.get(key)
         if res is None:
-            base_res = self.fit_eval(cls.base_name, s, ds, want_cost=self.wants_cost(cls.base_name, s, ds))
+            base_res = self.fit_eval(cls.base_name, s, ds, want_cost=base_cost)
             member_res = self.fit_eval_pooled(cls.member_name, s)[ds]
             sel = make_selector(name, s, self.progress, self.prof).with_members(
                 self._kept(base_key), self.pooled_model(cls.member_name, s))
@@ -189,7 +190,7 @@ class Study:
         from chunksel.selectors import get_selector_class
 
         cls = get_selector_class(name)
-        if getattr(cls, "member_name", None):
+        if cls.stacked:
             return None if self.part_of else self.fit_eval_stacked(name, s, ds)
         if cls.pooled_fit and cls.requires_fit:
             return None if self.part_of else self.fit_eval_pooled(name, s)[ds]

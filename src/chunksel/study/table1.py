@@ -24,7 +24,7 @@ def table1(study: Study) -> dict[str, Table1Row]:
         cls = get_selector_class(name)
         seeds = study.prof.seeds if cls.requires_fit else (study.seed,)
         pooled = cls.pooled_fit and cls.requires_fit
-        stacked = bool(getattr(cls, "member_name", None))
+        stacked = cls.stacked
         if (pooled or stacked) and study.part_of:  # a bench --jobs worker: the whole study pools and stacks
             continue
         pooled_res = {s: study.fit_eval_pooled(name, s) for s in seeds} if pooled else {}

@@ -140,7 +140,7 @@ def _fit_on_pool(name: str, study: Any, prof: Any, train: list, val: list, fitte
     if name not in fitted:
         sel = make_selector(name, study.seed, study.progress, prof)
         cls = type(sel)
-        if getattr(cls, "member_name", None):
+        if cls.stacked:
             sel.with_members(_fit_on_pool(cls.base_name, study, prof, train, val, fitted),
                              _fit_on_pool(cls.member_name, study, prof, train, val, fitted))
         fitted[name] = sel.fit(train, study.features, val)

@@ -376,6 +376,8 @@ def main() -> None:
         result["encoder"] = encoder_timing(test, min(args.encoder_batches, len(test)))
         print(f"encoder: {json.dumps(result['encoder'])}", flush=True)
         emb, raw = payloads(test, True), payloads(test, False)
+        result["request_bytes"] = {"embeddings": round(float(np.mean([len(b) for b in emb]))),
+                                   "text": round(float(np.mean([len(b) for b in raw])))}
         runs: dict = {}
         capacity = None
         for name in ("bm25", "lambdamart", "anchored"):

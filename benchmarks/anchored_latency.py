@@ -18,6 +18,8 @@ in-process LETOR memo off (as Table 1's cost stage, :mod:`chunksel.study.cost`):
   embeddings and retrieval scores to the scores: feature-store lookup of ``h`` and ``r``,
   embeddings, every LETOR feature computed (BM25 statistics in memory), the internal
   LambdaMART, scaling, the torch scorer;
+- ``score-ort``: the same path with ``engine="onnxruntime"`` (the scorer run as its
+  exported fp32 graph; the study's profiles use it);
 - ``score-text``: the same from raw text, the question and chunks encoded with the
   packaged MiniLM first (:func:`~chunksel.study.cost.text_path`; ``--text-calls`` calls);
 - ``letor``: the interaction features alone (the part LambdaMART also pays);
@@ -124,7 +126,12 @@ def _measure(sel, feats, test, calls, text_calls: int) -> dict:
     }
     v = res["variants"]
     sel.score(test[:1], feats)
+    sel.engine = "torch"
     v["score"] = time_calls(cold_path(sel, feats), calls)
+    sel.engine = "onnxruntime"  # the same path, the scorer run as its fp32 graph (Table 1's engine)
+    sel.score(test[:1], feats)
+    v["score-ort"] = time_calls(cold_path(sel, feats), calls)
+    sel.engine = "torch"
     v["score-text"] = time_calls(text_path(sel, feats, default_encoder()), [raw(i) for i in calls[:text_calls]],
                                  warmup=3)
     v["letor"] = time_calls(lambda i: letor_features([i], sel.corpus, sel.k1, sel.b), calls)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import io
 import json
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,9 @@ class OnnxAnchored:
         if meta.get("chunksel.selector") != "anchored":
             raise DataError("this ONNX graph is not an exported anchored selector")
         self.inputs = json.loads(meta["chunksel.inputs"])
+        # an input the traced scorer never reads (``q`` without a prototype term) is not
+        # a graph input: it is checked for, but not fed
+        self._fed = {i.name for i in self.session.get_inputs()}
         self.k = int(meta["chunksel.k"])
         self.meta = dict(meta)
 
@@ -205,10 +209,60 @@ class OnnxAnchored:
             missing.append("order")
         if missing:
             raise DataError(f"the anchored graph needs inputs {self.inputs}; missing {missing}")
-        feed = {n: np.ascontiguousarray(arrays[n], dtype=np.float32) for n in self.inputs}
+        feed = {n: np.ascontiguousarray(arrays[n], dtype=np.float32) for n in self.inputs if n in self._fed}
         out = self.session.run(["scores"], feed)[0]
         if arrays.get("order") is not None:
             back = np.empty_like(out)
             np.put_along_axis(back, np.asarray(arrays["order"], dtype=np.int64), out, axis=1)
             out = back
         return out
+
+
+def graph_inputs(selector: Any, batch: Any, features: Any = None) -> dict[str, np.ndarray]:
+    """The graph's inputs for ``batch``: ``h``, ``r`` as the store gives them, unit ``q`` and
+    ``e`` (zeros at padding) and the raw interaction features ``phi``; the graph scales them
+    itself. With ``anchor="lambdamart"`` the candidates come in the internal LambdaMART's
+    order and ``order`` (each position's input index) maps the graph's scores back."""
+    batch = list(batch)
+    blocks = selector.blocks
+    if ("hs" in blocks or "rw" in blocks) and features is None:
+        raise DataError("the anchored selector's graph needs generator features (h, r)")
+    arr = selector._arrays(batch, features, labels=False)
+    out: dict[str, np.ndarray] = {"q": arr["q"], "e": arr["e"]}
+    if "hs" in blocks or "rw" in blocks:
+        got = features.lookup([i.id for i in batch])
+        if "hs" in blocks:
+            out["h"] = np.asarray(got["h"], dtype=np.float32)
+        if "rw" in blocks:
+            out["r"] = np.asarray(got["r"], dtype=np.float32)
+    if selector._has_phi:
+        out["phi"] = arr["phi"]
+    if arr["order"] is not None:
+        out["order"] = arr["order"]
+    return out
+
+
+#: per selector: (the weights its sessions were built from, {thread count: OnnxAnchored})
+_SESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def onnx_scores(selector: Any, batch: Any, features: Any = None) -> np.ndarray:
+    """A fitted anchored selector's scores from its fp32 graph in ONNX Runtime (its
+    ``engine="onnxruntime"``): the graph is exported in memory once per fit or load and
+    run in a session for the current thread budget (:func:`~chunksel.threads.thread_budget`:
+    one thread in a cost measurement)."""
+    from chunksel.errors import require
+    from chunksel.threads import thread_budget
+
+    require("onnx", "export")  # a clear error naming the extra when it is not installed
+    require("onnxruntime", "export")
+    model, runners = _SESSIONS.get(selector, (None, {}))
+    if model is not selector.model_:  # new weights: a new graph
+        runners = {}
+        _SESSIONS[selector] = (selector.model_, runners)
+    threads = thread_budget()
+    if threads not in runners:
+        graph = runners.get("graph") or anchored_graph_bytes(selector, "fp32")
+        runners["graph"] = graph
+        runners[threads] = OnnxAnchored(graph, threads=threads)
+    return runners[threads].scores(**graph_inputs(selector, batch, features))

@@ -117,6 +117,9 @@ class AnchoredPrototypeSelector(Selector):
         device: torch device for training.
         progress: progress bars.
         generator_id, encoder_id: ids of the generator (h, r) and encoder (q, E) (recorded).
+        engine: query-time scoring by the ``"torch"`` scorer or its exported fp32 graph in
+            ``"onnxruntime"`` (the same scores to float rounding, about 1 ms less at batch 1
+            with three members: ``benchmarks/anchored_latency.py``); training is torch.
     """
 
     name = "anchored"
@@ -156,7 +159,11 @@ class AnchoredPrototypeSelector(Selector):
         progress: bool = True,
         generator_id: str = "",
         encoder_id: str = "",
+        engine: str = "torch",
     ) -> None:
+        if engine not in ("torch", "onnxruntime"):
+            raise ConfigError(f"anchored engine must be torch or onnxruntime, got {engine!r}")
+        self.engine = engine
         self.k = k
         self.blocks = parse_anchored_blocks(blocks)
         self.hidden = hidden
@@ -296,27 +303,10 @@ class AnchoredPrototypeSelector(Selector):
                 int(got["r"].shape[1]) if "rw" in self.blocks else 0)
 
     def graph_inputs(self, batch: Sequence[Instance], features: QuestionFeatures | None = None) -> dict[str, np.ndarray]:
-        """The exported ONNX graph's inputs for ``batch`` (:mod:`chunksel.export.anchored`):
-        ``h``, ``r`` as the store gives them, unit ``q`` and ``e`` (zeros at padding) and the
-        raw interaction features ``phi``; the graph scales them itself. With
-        ``anchor="lambdamart"`` the candidates come in the internal LambdaMART's order and
-        ``order`` (each position's input index) maps the graph's scores back."""
-        batch = list(batch)
-        if ("hs" in self.blocks or "rw" in self.blocks) and features is None:
-            raise DataError("the anchored selector's graph needs generator features (h, r)")
-        arr = self._arrays(batch, features, labels=False)
-        out: dict[str, np.ndarray] = {"q": arr["q"], "e": arr["e"]}
-        if "hs" in self.blocks or "rw" in self.blocks:
-            got = features.lookup([i.id for i in batch])
-            if "hs" in self.blocks:
-                out["h"] = np.asarray(got["h"], dtype=np.float32)
-            if "rw" in self.blocks:
-                out["r"] = np.asarray(got["r"], dtype=np.float32)
-        if self._has_phi:
-            out["phi"] = arr["phi"]
-        if arr["order"] is not None:
-            out["order"] = arr["order"]
-        return out
+        """The exported ONNX graph's inputs for ``batch`` (:func:`chunksel.export.anchored.graph_inputs`)."""
+        from chunksel.export.anchored import graph_inputs
+
+        return graph_inputs(self, batch, features)
 
     def _arrays(self, batch: Sequence[Instance], features: QuestionFeatures | None,
                 labels: bool, ltr: np.ndarray | None = None) -> dict[str, np.ndarray | None]:
@@ -417,6 +407,10 @@ class AnchoredPrototypeSelector(Selector):
 
     @torch.inference_mode()
     def _score(self, batch: Sequence[Instance], features: QuestionFeatures | None, k: int) -> np.ndarray:
+        if self.engine == "onnxruntime":
+            from chunksel.export.anchored import onnx_scores
+
+            return onnx_scores(self, batch, features)[:, : min(k, self.k)]
         arr = self._scale(self._arrays(batch, features, labels=False))
 
         def t(a):

@@ -191,6 +191,40 @@ def test_onnx_graph_matches_torch(tmp_path, quantize, blocks):
     np.testing.assert_allclose(got[real], ref[real], atol=tol)
 
 
+@pytest.mark.parametrize("blocks", [None, "hs+q+lambdamart", "q+chunk+letor+lambdamart", "letor+lambdamart"])
+def test_onnxruntime_engine_scores_as_torch_and_follows_its_weights(tmp_path, blocks):
+    """``engine="onnxruntime"`` scores through the exported fp32 graph: the torch scores to
+    float rounding, the same picks; a session per thread budget; a reload (new weights)
+    gets a new graph; the setting survives save/load; a bad engine is a clear error."""
+    pytest.importorskip("onnxruntime")
+    from chunksel.export import anchored as exp
+    from chunksel.threads import limit_threads
+
+    inst = make_toy_instances(n=30, seed=7)
+    feats = _features(inst)
+    extra = {"blocks": blocks, "ltr_folds": 2} if blocks else {}
+    sel = make_selector("anchored", corpus=_corpus(inst, tmp_path / "c.tsv"), max_epochs=4, lr=1e-2,
+                        engine="onnxruntime", **SMALL, **extra)
+    sel.fit([x for x in inst if x.split == "train"], feats, [x for x in inst if x.split == "val"])
+    with limit_threads(1):
+        got = sel.score(inst, feats)
+    sel.engine = "torch"
+    ref = sel.score(inst, feats)
+    sel.engine = "onnxruntime"
+    assert np.array_equal(np.isneginf(got), np.isneginf(ref))
+    real = np.isfinite(ref)
+    np.testing.assert_allclose(got[real], ref[real], atol=1e-4)
+    with limit_threads(2):
+        sel.score(inst[:3], feats)
+    assert sorted(k for k in exp._SESSIONS[sel][1] if k != "graph") == [1, 2]
+    sel.save(tmp_path / "m")
+    again = load_selector(tmp_path / "m")
+    assert again.engine == "onnxruntime"
+    np.testing.assert_allclose(again.score(inst, feats)[real], got[real], atol=1e-5)
+    with pytest.raises(ConfigError, match="engine"):
+        make_selector("anchored", engine="tensorrt")
+
+
 def test_lambdamart_block_scores_training_instances_out_of_fold(tmp_path):
     """The training split's LambdaMART scores come from rankers that never saw their fold:
     each fold's scores equal a ranker trained, with the same settings, on the other folds."""

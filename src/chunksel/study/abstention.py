@@ -156,7 +156,7 @@ def abstention(study: Any) -> dict[str, dict[str, Any]]:
             cls = get_selector_class(name)
             if cls.query_cost == "llm":
                 continue
-            s = (study.prof.seeds if cls.requires_fit else (study.seed,))[0]
+            s = study.seeds_of(name)[0]
             res = study.table1_result(name, s, ds)
             if res is None:  # a pooled row a bench --jobs worker leaves to the whole study
                 continue
@@ -173,7 +173,7 @@ def auto_abstained(study: Any, name: str, ds: str) -> list[bool] | None:
     cls = get_selector_class(name)
     if cls.query_cost == "llm":
         return None
-    s = (study.prof.seeds if cls.requires_fit else (study.seed,))[0]
+    s = study.seeds_of(name)[0]
     res = study.table1_result(name, s, ds)
     ab = (res or {}).get("abstention") or {}
     flags = ab.get("abstained_auto")

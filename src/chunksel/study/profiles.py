@@ -27,6 +27,10 @@ CE_QUICK = {"loss": "pointwise", "epochs": 1, "lr": 1e-4, "negatives": 1, "max_q
             "max_length": 128, "engine": "onnxruntime"}
 CE_FULL = {"loss": "pointwise", "epochs": 1, "negatives": 2, "max_questions": 6000, "max_length": 256,
            "engine": "onnxruntime"}
+#: full and large train one pooled cross-encoder (seed 0), not one per seed: its 6,000
+#: questions take about 1.2-1.9 h on two cores, three of them would break the profiles' time
+#: bounds; every seed's stacked row reads that model (the row has no spread over seeds)
+CE_POOLED_SEEDS = (0,)
 #: the flagship scores through its exported fp32 graph in ONNX Runtime (the torch scorer's
 #: scores to float rounding; at batch 1 with three members about 1 ms less,
 #: benchmarks/anchored_latency.py); it trains in torch
@@ -75,6 +79,9 @@ class Profile:
         limit: questions per dataset (a deterministic sample keeping the splits); None:
             every question.
         seeds: seeds for the trained selectors of Table 1 (and the generator ablation).
+        pooled_seeds: seeds of a ``pooled_fit`` selector's models (the cross-encoder's
+            pooled training); empty: ``seeds``. A stacked row of seed ``s`` reads the pooled
+            model of ``s`` where it is one of them, else that of the first.
         budgets: feature budgets (% of the input) for Table 3.
         latency_queries: test instances timed at batch 1 per selector.
         k: candidates per question.
@@ -104,6 +111,7 @@ class Profile:
     latency_queries: int = 100
     k: int = 5
     ablation_seeds: tuple[int, ...] = (0,)
+    pooled_seeds: tuple[int, ...] = ()
     curve_datasets: tuple[str, ...] = ()
     curve_sizes: tuple[int | None, ...] = ()
     curve_selectors: tuple[str, ...] = (REPRODUCTION, FLAGSHIP, "lambdamart")
@@ -125,13 +133,15 @@ PROFILES = {
                      overrides={"sras": SRAS_QUICK, "crossencoder": CE_QUICK, "anchored": ANCHORED_ENGINE},
                     answer_datasets=("triviaqa", "nq"), answer_sample=ANSWER_SAMPLE_QUICK,
                     llm_datasets=("nq",), llm_sample=LLM_SAMPLE_QUICK),
-    "full": Profile("full", limit=3000, seeds=(0, 1, 2), budgets=(10, 30, 50, 70, 100),
+    "full": Profile("full", limit=3000, seeds=(0, 1, 2), pooled_seeds=CE_POOLED_SEEDS,
+                    budgets=(10, 30, 50, 70, 100),
                     ablation_seeds=(0, 1, 2), curve_datasets=("triviaqa", "nq"),
                     curve_sizes=(250, 500, 1000, None),
                     overrides={"sras": SRAS_FULL, "crossencoder": CE_FULL, "anchored": ANCHORED_ENGINE},
                     answer_datasets=DATASETS, answer_sample=ANSWER_SAMPLE_FULL,
                     llm_datasets=LLM_DATASETS, llm_sample=ANSWER_SAMPLE_FULL, transfer=True),
-    "large": Profile("large", limit=None, seeds=(0, 1, 2), budgets=(), ablation_seeds=(),
+    "large": Profile("large", limit=None, seeds=(0, 1, 2), pooled_seeds=CE_POOLED_SEEDS, budgets=(),
+                     ablation_seeds=(),
                      curve_datasets=("triviaqa", "nq"), curve_sizes=(500, 1000, 2000, 4000, None),
                      overrides={"sras": SRAS_FULL, "crossencoder": CE_FULL, "anchored": ANCHORED_ENGINE},
                      answer_datasets=DATASETS,

@@ -74,12 +74,25 @@ class Study:
         self._models: dict[str, Any] = {}  # memo key -> a fitted member model (this process)
 
     # ---------------------------------------------------------------- one fit
+    def seeds_of(self, name: str) -> tuple[int, ...]:
+        """The seeds Table 1 runs ``name`` with: the profile's (a ``pooled_fit`` selector:
+        its ``pooled_seeds`` where set), the study's one for a selector without training."""
+        cls = _class(name)
+        if not cls.requires_fit:
+            return (self.seed,)
+        if cls.pooled_fit and self.prof.pooled_seeds:
+            return tuple(self.prof.pooled_seeds)
+        return tuple(self.prof.seeds)
+
+    def pooled_seed(self, name: str, s: int) -> int:
+        """The seed of the pooled model ``name`` that seed ``s`` of a stacked row reads."""
+        seeds = self.seeds_of(name)
+        return s if s in seeds else seeds[0]
+
     def wants_cost(self, name: str, s: int, ds: str) -> bool:
         """Whether Table 1 measures ``name``'s cost columns on this fit: its first seed on the
         cost dataset."""
-        cls = _class(name)
-        seeds = self.prof.seeds if cls.requires_fit else (self.seed,)
-        return s == seeds[0] and ds == self.cost_dataset
+        return s == self.seeds_of(name)[0] and ds == self.cost_dataset
 
     def _fit_key(self, name: str, s: int, ds: str, stage: str, want_cost: bool, member: bool,
                  extra: dict[str, Any]) -> str:
@@ -168,9 +181,10 @@ class Study:
         res = self.memo.get(key)
         if res is None:
             base_res = self.fit_eval(cls.base_name, s, ds, want_cost=base_cost)
-            member_res = self.fit_eval_pooled(cls.member_name, s)[ds]
+            ms = self.pooled_seed(cls.member_name, s)
+            member_res = self.fit_eval_pooled(cls.member_name, ms)[ds]
             sel = make_selector(name, s, self.progress, self.prof).with_members(
-                self._kept(base_key), self.pooled_model(cls.member_name, s))
+                self._kept(base_key), self.pooled_model(cls.member_name, ms))
             sel.given_scores({**base_res["scores"]["val"], **base_res["scores"]["test"]},
                              {**member_res["scores"]["val"], **member_res["scores"]["test"]})
             sp = self.splits[ds]
@@ -215,8 +229,10 @@ class Study:
 
     def pooled_model(self, name: str, s: int) -> Any:
         """``name`` (seed ``s``) fitted on the pooled training splits, kept under
-        ``<cache>/bench-models/<key>/`` (key: its settings and the pooled instances and
-        features, not the code: a long training run survives code changes; ``--no-reuse``
+        ``<cache>/bench-models/<key>/`` (key: its settings and the pooled instances and, for
+        a selector that reads them, the generator features; not the code: a long training
+        run survives code changes, and a run without the generator trains the model a
+        whole study reads; ``--no-reuse``
         or deleting the folder trains it again)."""
         from chunksel.config import cache_root
         from chunksel.errors import ChunkselError
@@ -226,8 +242,10 @@ class Study:
         train = [i for ds in self.datasets for i in self.splits[ds]["train"]]
         val = [i for ds in self.datasets for i in self.splits[ds]["val"]]
         ids = [i.id for i in train + val]
+        reads = "warmup" in _class(name).query_cost  # the generator features, where it reads them
         key = digest({"settings": settings_of(name, s, self.prof), "train": instances_fingerprint(train),
-                      "val": instances_fingerprint(val), "features": features_fingerprint(self.features, ids)})
+                      "val": instances_fingerprint(val),
+                      "features": features_fingerprint(self.features, ids) if reads else None})
         folder = cache_root() / "bench-models" / f"{name}-{key}"
         if folder.name in self._models:  # this process's
             return self._models[folder.name]

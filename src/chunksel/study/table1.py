@@ -1,7 +1,7 @@
 """Table 1: every selector trained on each dataset's training split over the profile's
 seeds, evaluated on its test and validation splits; the cost columns measured on the
 (whole) study's first dataset. A ``pooled_fit`` selector (the cross-encoder) is trained
-once per seed on the pooled training splits of every dataset instead, and that one
+once per seed (the profile's ``pooled_seeds`` where set) on the pooled training splits of every dataset instead, and that one
 model evaluated on each (the row says so). A stacked row (``anchored-ce``) reads its
 members' fits (:meth:`~chunksel.study.state.Study.fit_eval_stacked`)."""
 
@@ -22,7 +22,7 @@ def table1(study: Study) -> dict[str, Table1Row]:
 
     for name in study.selectors:
         cls = get_selector_class(name)
-        seeds = study.prof.seeds if cls.requires_fit else (study.seed,)
+        seeds = study.seeds_of(name)
         pooled = cls.pooled_fit and cls.requires_fit
         stacked = cls.stacked
         if (pooled or stacked) and study.part_of:  # a bench --jobs worker: the whole study pools and stacks

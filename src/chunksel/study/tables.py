@@ -76,8 +76,13 @@ def format_table1(results: Results) -> str:
     text = md_table(header, rows, ["l"] + ["r"] * (lead - 2) + ["l"] + ["r"] * (len(datasets) + 1))
     if any_partial:
         text += "\n\n† averaged over the datasets this selector was evaluated on."
-    if any(row.pooled for row in t1.values()):
-        text += ("\n\n‡ one model per seed trained on the pooled training splits of every dataset "
+    pooled_rows = [row for row in t1.values() if row.pooled]
+    if pooled_rows:
+        one = all(len(c.seeds) <= 1 for row in pooled_rows for c in row.per_dataset.values())
+        many = any(len(c.seeds) > 1 for row in t1.values() for c in row.per_dataset.values())
+        what = ("one model (its first seed; every seed of a stacked row reads it)" if one and many
+                else "one model per seed")
+        text += (f"\n\n‡ {what} trained on the pooled training splits of every dataset "
                  "(validation: the pooled validation splits), evaluated on each dataset's test split.")
     for name, row in t1.items():
         if row.stack_weights:

@@ -40,6 +40,10 @@ def test_harness_end_to_end(tmp_path):
 
     results = json.loads((out / "results.json").read_text())
     assert results["datasets"] == ["popqa", "msmarco"]
+    from chunksel.study.memo import code_fingerprint
+
+    assert results["config"]["study_code"] == code_fingerprint()
+    assert f"study code: `{code_fingerprint()}`" in (out / "report.md").read_text()
     t1 = results["table1"]
     assert set(t1) == {"retrieval", "oracle", "prototype", "anchored"}
     assert len(t1["anchored"]["per_dataset"]["popqa"]["val_seeds"]) == 2
@@ -259,3 +263,65 @@ def test_given_candidates_are_ranked_as_a_retriever_hands_them_over():
         assert {c.id for c in after.candidates} <= {c.id for c in before.candidates}
         assert after.split == before.split and after.label_source == before.label_source
     assert len(insts[0].candidates) == 5  # the input is left as it was
+
+
+_IMPORTS_SCRIPT = r'''
+import json, sys
+from pathlib import Path
+import numpy as np
+from tests.conftest import make_toy_instances
+import chunksel.cli  # a bench worker's command line (python -m chunksel.cli bench --part)
+from chunksel.features.base import InMemoryFeatures
+from chunksel.study.profiles import Profile
+from chunksel.study.run import run_study
+
+tmp = Path(sys.argv[1])
+data = {"popqa": make_toy_instances(n=15, seed=1), "msmarco": make_toy_instances(n=15, seed=2)}
+for ds, insts in data.items():
+    for inst in insts:
+        inst.question.id = f"{ds}:{inst.question.id}"
+ids = [i.question.id for insts in data.values() for i in insts]
+rng = np.random.default_rng(0)
+feats = InMemoryFeatures(ids, h=rng.normal(size=(len(ids), 6)), r=rng.random((len(ids), 4)))
+corpus = tmp / "corpus.tsv"
+corpus.write_text("id\ttext\ttitle\tsource\n" + "".join(
+    f"{c.id}\t{c.text}\t{c.title}\ttoy\n" for insts in data.values() for i in insts for c in i.candidates))
+prof = Profile("tiny", limit=15, seeds=(0,), budgets=(), ablation_seeds=(), latency_queries=2,
+               overrides={"lambdamart": {"corpus": str(corpus)}, "bm25": {"corpus": str(corpus)},
+                          "crossencoder": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4},
+                          "prototype": {"hidden": 16, "max_epochs": 2, "batch_size": 8},
+                          "anchored": {"hidden": 8, "phi_hidden": 8, "max_epochs": 2, "batch_size": 8,
+                                       "corpus": str(corpus), "engine": "onnxruntime"}})
+run_study(data, ["retrieval", "bm25", "lambdamart", "crossencoder", "prototype", "anchored", "anchored-ce"],
+          prof, feats, tmp / "rep", progress=False, reuse=True)
+print(json.dumps(sorted(m for m in sys.modules if m == "chunksel" or m.startswith("chunksel."))))
+'''
+
+
+def test_a_study_imports_none_of_the_code_its_memo_fingerprint_leaves_out(tmp_path):
+    """The memo's code fingerprint leaves out the serving and bulk-job modules: a study with
+    every kind of trained row (per-dataset, pooled, stacked, exported to ONNX Runtime) and a
+    bench worker's command line import none of them, and each left-out entry names a file."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import chunksel
+    from chunksel.study.memo import NOT_STUDY, code_fingerprint, study_sources
+
+    root = Path(chunksel.__file__).parent
+    every = [f.relative_to(root).as_posix() for f in root.rglob("*.py")]
+    assert all(any(f.startswith(prefix) for f in every) for prefix in NOT_STUDY)
+    assert len(study_sources()) == sum(not f.startswith(NOT_STUDY) for f in every) and code_fingerprint()
+    env = {**os.environ, "CHUNKSEL_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(Path.cwd())}
+    done = subprocess.run([sys.executable, "-c", _IMPORTS_SCRIPT, str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=Path.cwd())
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "chunksel.study.memo" in loaded and "chunksel.selectors.crossencoder" in loaded
+    paths = []
+    for mod in loaded:
+        rel = mod.split(".", 1)[1].replace(".", "/") if "." in mod else ""
+        paths.append(rel + "/__init__.py" if (root / rel).is_dir() else rel + ".py")
+    assert not [p for p in paths if p.startswith(NOT_STUDY)]

@@ -1,7 +1,9 @@
 """The study's result memo: every fit + evaluation is stored as JSON under
 ``<cache>/bench/<key>.json``, the key made of the selector's settings, its seed, the exact
 train/val/test instances (ids, candidates, labels), the question features and a hash of
-the package's code, so a warm re-run reuses every trained result and any change retrains."""
+the package's code a study runs (all of it but the serving and bulk-job modules it never
+imports, :data:`NOT_STUDY`), so a warm re-run reuses every trained result and any change
+to that code retrains."""
 
 from __future__ import annotations
 
@@ -21,13 +23,31 @@ def digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
+#: the package's modules a study never imports (the server, the framework adapters, the
+#: serving encoder and its export, the bulk jobs), left out of :func:`code_fingerprint` so
+#: that work on them keeps a long study's memo; tests/integration/test_study.py checks that a
+#: study (and a ``bench`` worker's command line) imports none of them
+NOT_STUDY: tuple[str, ...] = (
+    "bulk/", "pipeline/serve_", "pipeline/server.py", "pipeline/langchain.py", "pipeline/llamaindex.py",
+    "pipeline/adapters.py", "export/encoder.py", "retrieval/onnx_encoder.py",
+)
+
+
+def study_sources() -> list[Path]:
+    """The package's Python sources a study may run: all but :data:`NOT_STUDY`."""
+    root = Path(__file__).resolve().parent.parent  # the chunksel package
+    return [f for f in sorted(root.rglob("*.py"))
+            if not f.relative_to(root).as_posix().startswith(NOT_STUDY)]
+
+
 def code_fingerprint() -> str:
-    """sha256 over the package's Python sources (a code change invalidates the memo)."""
+    """sha256 over the Python sources a study may run (:func:`study_sources`): a change to
+    any of them invalidates the memo."""
     import hashlib
 
-    root = Path(__file__).resolve().parent.parent  # the chunksel package
+    root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
-    for f in sorted(root.rglob("*.py")):
+    for f in study_sources():
         h.update(str(f.relative_to(root)).encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:20]

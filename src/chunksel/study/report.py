@@ -38,6 +38,10 @@ from chunksel.study.targets import STACKED, format_flagship_targets
 def _setup_section(res: BenchResults) -> str:
     lines = ["## Setup", ""]
     lines.append(f"- git commit: `{res.git_commit or 'unknown'}`")
+    code = (res.config or {}).get("study_code")
+    if code:
+        lines.append(f"- study code: `{code}` (the hash of the code a study runs, which keys its memo: "
+                     "reports with the same hash were computed by the same code)")
     if res.datasets:
         lines.append("- datasets: " + ", ".join(dataset_label(d) for d in res.datasets))
     if res.strongest_baseline:

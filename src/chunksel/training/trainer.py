@@ -129,7 +129,8 @@ def _batches(n: int, batch_size: int, gen: torch.Generator | None) -> list[torch
     order = torch.randperm(n, generator=gen) if gen is not None else torch.arange(n)
     out = list(order.split(batch_size))
     if len(out) > 1 and len(out[-1]) == 1:
-        out[-2] = torch.cat([out[-2], out.pop()])
+        last = out.pop()
+        out[-1] = torch.cat([out[-1], last])
     return out
 
 

@@ -81,3 +81,17 @@ def test_too_few_usable_instances():
     y[:] = 0
     with pytest.raises(DataError, match="training instance"):
         train_prototype(x, e, y, m, config=TrainConfig(**TINY))
+
+
+@pytest.mark.parametrize("n,batch", [(2, 1), (9, 4), (13, 4), (17, 4), (16, 4), (1, 4), (5, 4)])
+def test_batches_hold_every_index_once_and_never_a_batch_of_one(n, batch):
+    """A trailing batch of one joins the batch before it (BatchNorm cannot train on one),
+    and no index is dropped or repeated (shuffled or not)."""
+    import torch
+
+    from chunksel.training.trainer import _batches
+
+    for gen in (None, torch.Generator().manual_seed(0)):
+        out = _batches(n, batch, gen)
+        assert sorted(torch.cat(out).tolist()) == list(range(n))
+        assert n == 1 or all(len(b) > 1 for b in out) or batch == 1

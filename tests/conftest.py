@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -84,6 +85,25 @@ def make_toy_instances(n: int = 24, k: int = 5, dim: int = 8, seed: int = 0) -> 
         q.embedding = q_emb / np.linalg.norm(q_emb)
         out.append(Instance(question=q, candidates=cands, split=split, label_source="containment"))
     return out
+
+
+def make_toy_study(tmp: Path, n: int = 40) -> tuple[dict[str, list[Instance]], Any, Path]:
+    """Two toy datasets (popqa, msmarco: ``n`` instances each, question ids prefixed by the
+    dataset), random generator features for every question and a corpus TSV of their
+    candidates under ``tmp`` (for the BM25-based selectors)."""
+    from chunksel.features.base import InMemoryFeatures
+
+    data = {"popqa": make_toy_instances(n=n, seed=1), "msmarco": make_toy_instances(n=n, seed=2)}
+    for ds, insts in data.items():
+        for inst in insts:
+            inst.question.id = f"{ds}:{inst.question.id}"
+    ids = [i.question.id for insts in data.values() for i in insts]
+    rng = np.random.default_rng(0)
+    feats = InMemoryFeatures(ids, h=rng.normal(size=(len(ids), 6)), r=rng.random((len(ids), 4)))
+    corpus = tmp / "corpus.tsv"
+    corpus.write_text("id\ttext\ttitle\tsource\n" + "".join(
+        f"{c.id}\t{c.text}\t{c.title}\ttoy\n" for insts in data.values() for i in insts for c in i.candidates))
+    return data, feats, corpus
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from tests.conftest import make_toy_instances
+from tests.conftest import make_toy_instances, make_toy_study
 
 from chunksel.features.base import InMemoryFeatures
 from chunksel.study.profiles import Profile
@@ -14,19 +14,7 @@ from chunksel.study.run import run_study
 
 
 def test_harness_end_to_end(tmp_path):
-    data = {
-        "popqa": make_toy_instances(n=40, seed=1),
-        "msmarco": make_toy_instances(n=40, seed=2),
-    }
-    for ds, insts in data.items():
-        for inst in insts:
-            inst.question.id = f"{ds}:{inst.question.id}"
-    ids = [i.question.id for insts in data.values() for i in insts]
-    rng = np.random.default_rng(0)
-    feats = InMemoryFeatures(ids, h=rng.normal(size=(len(ids), 6)), r=rng.random((len(ids), 4)))
-    corpus = tmp_path / "corpus.tsv"
-    corpus.write_text("id\ttext\ttitle\tsource\n" + "".join(
-        f"{c.id}\t{c.text}\t{c.title}\ttoy\n" for insts in data.values() for i in insts for c in i.candidates))
+    data, feats, corpus = make_toy_study(tmp_path, n=40)
     prof = Profile(
         "tiny", limit=40, seeds=(0, 1), budgets=(50, 100), latency_queries=3,
         curve_datasets=("popqa",), curve_sizes=(4, None), answer_datasets=("popqa",), answer_sample=2,
@@ -268,24 +256,13 @@ def test_given_candidates_are_ranked_as_a_retriever_hands_them_over():
 _IMPORTS_SCRIPT = r'''
 import json, sys
 from pathlib import Path
-import numpy as np
-from tests.conftest import make_toy_instances
+from tests.conftest import make_toy_study
 import chunksel.cli  # a bench worker's command line (python -m chunksel.cli bench --part)
-from chunksel.features.base import InMemoryFeatures
 from chunksel.study.profiles import Profile
 from chunksel.study.run import run_study
 
 tmp = Path(sys.argv[1])
-data = {"popqa": make_toy_instances(n=15, seed=1), "msmarco": make_toy_instances(n=15, seed=2)}
-for ds, insts in data.items():
-    for inst in insts:
-        inst.question.id = f"{ds}:{inst.question.id}"
-ids = [i.question.id for insts in data.values() for i in insts]
-rng = np.random.default_rng(0)
-feats = InMemoryFeatures(ids, h=rng.normal(size=(len(ids), 6)), r=rng.random((len(ids), 4)))
-corpus = tmp / "corpus.tsv"
-corpus.write_text("id\ttext\ttitle\tsource\n" + "".join(
-    f"{c.id}\t{c.text}\t{c.title}\ttoy\n" for insts in data.values() for i in insts for c in i.candidates))
+data, feats, corpus = make_toy_study(tmp, n=15)
 prof = Profile("tiny", limit=15, seeds=(0,), budgets=(), ablation_seeds=(), latency_queries=2,
                overrides={"lambdamart": {"corpus": str(corpus)}, "bm25": {"corpus": str(corpus)},
                           "crossencoder": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4},

@@ -262,18 +262,14 @@ def test_pooled_seeds_train_one_model_for_every_seed_and_features_do_not_key_it(
     the other rows run every seed, and says so; the pooled model's cache key ignores the
     generator features it never reads, so a run without them trains the model a whole study
     (with them) reuses."""
-    from tests.conftest import make_toy_instances
+    from tests.conftest import make_toy_study
 
-    from chunksel.features.base import InMemoryFeatures
     from chunksel.selectors.crossencoder import CrossEncoderSelector
     from chunksel.study.profiles import Profile
     from chunksel.study.run import run_study
 
     monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path / "cache"))
-    data = {"popqa": make_toy_instances(n=15, seed=1), "msmarco": make_toy_instances(n=15, seed=2)}
-    for ds, insts in data.items():
-        for inst in insts:
-            inst.question.id = f"{ds}:{inst.question.id}"
+    data, feats, corpus = make_toy_study(tmp_path, n=15)
     fits: list[int] = []
     real_fit = CrossEncoderSelector.fit
 
@@ -282,9 +278,6 @@ def test_pooled_seeds_train_one_model_for_every_seed_and_features_do_not_key_it(
         return real_fit(self, train, features, val)
 
     monkeypatch.setattr(CrossEncoderSelector, "fit", recording_fit)
-    corpus = tmp_path / "corpus.tsv"
-    corpus.write_text("id\ttext\ttitle\tsource\n" + "".join(
-        f"{c.id}\t{c.text}\t{c.title}\ttoy\n" for insts in data.values() for i in insts for c in i.candidates))
     prof = Profile("tiny", limit=15, seeds=(0, 1), pooled_seeds=(0,), budgets=(), ablation_seeds=(),
                    latency_queries=2,
                    overrides={"crossencoder": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4},
@@ -296,8 +289,5 @@ def test_pooled_seeds_train_one_model_for_every_seed_and_features_do_not_key_it(
     assert all(len(c["seeds"]) == 1 for c in res["table1"]["crossencoder"]["per_dataset"].values())
     assert all(len(c["seeds"]) == 2 for c in res["table1"]["lambdamart"]["per_dataset"].values())
     assert "‡ one model (its first seed" in (out / "report.md").read_text()
-    ids = [i.question.id for insts in data.values() for i in insts]
-    rng = np.random.default_rng(0)
-    feats = InMemoryFeatures(ids, h=rng.normal(size=(len(ids), 6)), r=rng.random((len(ids), 4)))
     run_study(data, sels, prof, feats, tmp_path / "b", progress=False, reuse=True)
     assert fits == [0]  # the model trained without the features is read back

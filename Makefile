@@ -22,7 +22,7 @@ models: install
 	$(BIN)/chunksel fetch-models
 
 test: install models
-	$(BIN)/python -m pytest -q -m "not slow" --durations=15
+	$(BIN)/python -m pytest -q -rs -m "not slow" --durations=15
 	PYTHON=$(PYTHON) bash .ci/test-transformers4.sh
 	PYTHON=$(PYTHON) bash .ci/test-numpy-only.sh
 

@@ -19,7 +19,10 @@ def data_root() -> Path:
     raw = os.environ.get("CHUNKSEL_DATA") or str(Path(__file__).resolve().parents[2] / "shared" / "data")
     root = Path(raw)
     if not root.is_dir():
-        pytest.skip(f"benchmark data not found at {root} (set CHUNKSEL_DATA)")
+        message = f"benchmark data not found at {root} (set CHUNKSEL_DATA)"
+        if os.environ.get("CHUNKSEL_REQUIRE_DATA") == "1":  # CI: a missing data folder is an error
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
     return root
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from chunksel.errors import ConfigError, DataError
+from chunksel.selectors import crossencoder_checkpoints
 from chunksel.selectors.base import QuestionFeatures, Selector
 from chunksel.types import Instance
 
@@ -226,7 +227,19 @@ class CrossEncoderSelector(Selector):
         return Dataset.from_dict(rows)
 
     def fit(self, train: Sequence[Instance], features: QuestionFeatures | None = None,
-            val: Sequence[Instance] | None = None) -> CrossEncoderSelector:
+            val: Sequence[Instance] | None = None, *,
+            checkpoint_dir: str | Path | None = None) -> CrossEncoderSelector:
+        """Fine-tune on ``train``; with ``val``, choose the epoch and the retrieval prior.
+
+        ``checkpoint_dir``: a folder the trainer saves a checkpoint in every
+        :data:`~chunksel.selectors.crossencoder_checkpoints.CHECKPOINT_STEPS` steps and, when
+        it chooses the epoch on validation, at each epoch's end (weights, optimiser,
+        scheduler, RNG state, the epochs' validation record). A fit given a folder that holds a checkpoint of the same
+        settings and training rows resumes from its newest complete one, and the result is
+        the uninterrupted fit's; a checkpoint of other settings or rows is deleted, with a
+        message, and training starts afresh. The folder is deleted when the fit returns.
+        """
+        import contextlib
         import tempfile
 
         import torch
@@ -251,6 +264,11 @@ class CrossEncoderSelector(Selector):
         history: list[dict[str, float]] = []
         best: dict[str, Any] = {"rank1": -1.0, "state": None, "epoch": 0}
 
+        run = (crossencoder_checkpoints.FitCheckpoints(checkpoint_dir, self, data)
+               if checkpoint_dir is not None else None)
+        if run is not None:
+            run.restore(history, best)
+
         class _KeepBest(TrainerCallback):
             """Validation rank-1 after each epoch; the best epoch's weights are kept."""
 
@@ -261,24 +279,37 @@ class CrossEncoderSelector(Selector):
                     return
                 selector.model_ = model
                 r1 = rank1(selector._torch_scores(val), val)
+                # a resumed fit may end an epoch its record already holds (killed between
+                # the record and the checkpoint): the same weights, recorded once
+                history[:] = [h for h in history if h["epoch"] < epoch]
                 history.append({"epoch": epoch, "val_rank1": round(r1, 4)})
                 if r1 > best["rank1"]:
                     best.update(rank1=r1, epoch=epoch,
                                 state={k: v.detach().clone() for k, v in model.state_dict().items()})
+                if run is not None:
+                    run.record(history, best)
+                    control.should_save = True  # a checkpoint at each epoch's end, after its record
                 model.train()
 
-        with tempfile.TemporaryDirectory(prefix="chunksel-ce-") as out:
+        with contextlib.ExitStack() as stack:
+            out = str(run.folder) if run is not None else stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="chunksel-ce-"))
+            every = crossencoder_checkpoints.CHECKPOINT_STEPS
+            saving = (dict(save_strategy="steps", save_steps=every, save_total_limit=2)
+                      if run is not None else dict(save_strategy="no"))
             args = CrossEncoderTrainingArguments(
                 output_dir=out, num_train_epochs=int(self.epochs), learning_rate=float(self.lr),
                 per_device_train_batch_size=int(self.batch_size), warmup_ratio=0.1,
-                seed=int(self.seed), save_strategy="no", report_to="none", logging_strategy="no",
-                disable_tqdm=not self.progress, use_cpu=True, dataloader_num_workers=0,
+                seed=int(self.seed), report_to="none", logging_strategy="no",
+                disable_tqdm=not self.progress, use_cpu=True, dataloader_num_workers=0, **saving,
             )
             trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=data, loss=loss,
                                           callbacks=[_KeepBest()])
-            trainer.train()
+            trainer.train(resume_from_checkpoint=run.latest() if run is not None else None)
         if best["state"] is not None:
             model.load_state_dict(best["state"])
+        if run is not None:
+            run.remove()
         model.eval()
         self.model_ = model
         self.history_ = history
@@ -432,4 +463,5 @@ class CrossEncoderSelector(Selector):
         self.prior_weight_ = float(state.get("prior_weight", 0.0))  # older saves: no prior
         self.prior_val_ = dict(state.get("prior_val_rank1", {}))
         self._drop_runners()
+
 

@@ -4,6 +4,7 @@ every stage goes through."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -233,7 +234,9 @@ class Study:
         a selector that reads them, the generator features; not the code: a long training
         run survives code changes, and a run without the generator trains the model a
         whole study reads; ``--no-reuse``
-        or deleting the folder trains it again)."""
+        or deleting the folder trains it again). A selector whose ``fit`` takes a
+        ``checkpoint_dir`` (the cross-encoder) checkpoints its training in
+        ``<key>.partial/``, so an interrupted run resumes it."""
         from chunksel.config import cache_root
         from chunksel.errors import ChunkselError
         from chunksel.selectors import load_selector
@@ -256,9 +259,15 @@ class Study:
                 return sel
             except ChunkselError as exc:  # a torn or corrupt save: train again
                 say(f"table 1: {name}: {exc}; training again")
-        say(f"table 1: {name} seed {s}: one model on the pooled training splits ({len(train)} questions)")
         sel = make_selector(name, s, self.progress, self.prof)
-        sel.fit(train, self.features, val)
+        resumable = self.memo.enabled and "checkpoint_dir" in inspect.signature(sel.fit).parameters
+        partial = folder.with_name(folder.name + ".partial")  # its training checkpoints
+        resuming = " (resuming from its checkpoints)" if resumable and partial.is_dir() else ""
+        say(f"table 1: {name} seed {s}: one model on the pooled training splits ({len(train)} questions){resuming}")
+        if resumable:
+            sel.fit(train, self.features, val, checkpoint_dir=partial)
+        else:
+            sel.fit(train, self.features, val)
         if self.memo.enabled:
             sel.save(folder)
         self._models[folder.name] = sel

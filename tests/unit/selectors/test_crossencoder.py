@@ -291,3 +291,124 @@ def test_pooled_seeds_train_one_model_for_every_seed_and_features_do_not_key_it(
     assert "‡ one model (its first seed" in (out / "report.md").read_text()
     run_study(data, sels, prof, feats, tmp_path / "b", progress=False, reuse=True)
     assert fits == [0]  # the model trained without the features is read back
+
+
+class _Killed(Exception):
+    """Stands in for the process being killed mid-training."""
+
+
+def _kill_at_step(monkeypatch, n=None):
+    """Count the training steps run; with ``n``, be killed at the n-th."""
+    from sentence_transformers.cross_encoder import CrossEncoderTrainer
+
+    real, calls = CrossEncoderTrainer.training_step, {"n": 0}
+
+    def step(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise _Killed
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(CrossEncoderTrainer, "training_step", step)
+    return calls
+
+
+def test_interrupted_fit_resumes_to_the_uninterrupted_weights(toy_instances_module, tmp_path, monkeypatch):
+    import chunksel.selectors.crossencoder_checkpoints as ce
+
+    monkeypatch.setattr(ce, "CHECKPOINT_STEPS", 2)
+    train = [i for i in toy_instances_module if i.split == "train"]
+    val = [i for i in toy_instances_module if i.split == "val"]
+    whole = make_selector("crossencoder", epochs=2, **SMALL).fit(train, val=val)
+    folder = tmp_path / "ckpt"
+    with monkeypatch.context() as m:
+        _kill_at_step(m, 6)  # 4 steps an epoch: killed in the second, after the first's record
+        with pytest.raises(_Killed):
+            make_selector("crossencoder", epochs=2, **SMALL).fit(train, val=val, checkpoint_dir=folder)
+    assert (folder / "checkpoint-4" / "trainer_state.json").is_file()
+    assert json.loads((folder / "chunksel-epochs.json").read_text())["history"][0]["epoch"] == 1
+    with monkeypatch.context() as m:
+        steps = _kill_at_step(m)
+        resumed = make_selector("crossencoder", epochs=2, **SMALL).fit(train, val=val, checkpoint_dir=folder)
+    assert steps["n"] == 4  # the second epoch only: the first was read from checkpoint-4
+    assert resumed.history_ == whole.history_ and resumed.best_epoch_ == whole.best_epoch_
+    np.testing.assert_allclose(resumed.score(toy_instances_module), whole.score(toy_instances_module),
+                               rtol=1e-5, atol=1e-5)
+    assert not folder.exists()  # a finished fit leaves no checkpoints
+
+
+def test_torn_newest_checkpoint_falls_back_to_the_one_before(toy_instances_module, tmp_path, monkeypatch):
+    import chunksel.selectors.crossencoder_checkpoints as ce
+
+    monkeypatch.setattr(ce, "CHECKPOINT_STEPS", 2)
+    train = [i for i in toy_instances_module if i.split == "train"]
+    whole = make_selector("crossencoder", epochs=2, **SMALL).fit(train)
+    folder = tmp_path / "ckpt"
+    with monkeypatch.context() as m:
+        _kill_at_step(m, 7)  # 8 steps in all: checkpoints 4 and 6 kept
+        with pytest.raises(_Killed):
+            make_selector("crossencoder", epochs=2, **SMALL).fit(train, checkpoint_dir=folder)
+    assert sorted(p.name for p in folder.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-6"]
+    (folder / "checkpoint-6" / "trainer_state.json").write_text('{"global_st')  # killed while saving
+    sel = make_selector("crossencoder", epochs=2, **SMALL)
+    assert ce.FitCheckpoints(folder, sel, sel._dataset(train)).latest() == str(folder / "checkpoint-4")
+    with monkeypatch.context() as m:
+        steps = _kill_at_step(m)
+        resumed = sel.fit(train, checkpoint_dir=folder)
+    assert steps["n"] == 4  # from checkpoint-4
+    np.testing.assert_allclose(resumed.score(train), whole.score(train), rtol=1e-5, atol=1e-5)
+
+
+def test_checkpoints_of_other_settings_are_deleted_and_foreign_folders_refused(toy_instances_module, tmp_path,
+                                                                              monkeypatch):
+    import chunksel.selectors.crossencoder_checkpoints as ce
+
+    monkeypatch.setattr(ce, "CHECKPOINT_STEPS", 2)
+    train = [i for i in toy_instances_module if i.split == "train"]
+    folder = tmp_path / "ckpt"
+    with monkeypatch.context() as m:
+        _kill_at_step(m, 4)
+        with pytest.raises(_Killed):
+            make_selector("crossencoder", epochs=1, lr=1e-4, **SMALL).fit(train, checkpoint_dir=folder)
+    assert (folder / "checkpoint-2").is_dir()
+    with pytest.warns(UserWarning, match="other settings or training rows: deleted"):
+        sel = make_selector("crossencoder", epochs=1, **SMALL).fit(train, checkpoint_dir=folder)
+    assert sel.best_epoch_ == 1 and not folder.exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="not a cross-encoder fit's checkpoints"):
+        make_selector("crossencoder", epochs=1, **SMALL).fit(train, checkpoint_dir=mine)
+    assert (mine / "notes.txt").read_text() == "keep me"
+
+
+def test_study_resumes_an_interrupted_pooled_training(tmp_path, monkeypatch):
+    """A run killed while the pooled cross-encoder trains leaves its checkpoints beside the
+    model's folder; the re-run resumes from them, keeps the model and removes them."""
+    from tests.conftest import make_toy_instances
+
+    import chunksel.selectors.crossencoder_checkpoints as ce
+    from chunksel.study.profiles import Profile
+    from chunksel.study.run import run_study
+
+    monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(ce, "CHECKPOINT_STEPS", 2)
+    data = {"popqa": make_toy_instances(n=15, seed=1), "msmarco": make_toy_instances(n=15, seed=2)}
+    for ds, insts in data.items():
+        for inst in insts:
+            inst.question.id = f"{ds}:{inst.question.id}"
+    prof = Profile("tiny", limit=15, seeds=(0,), budgets=(), ablation_seeds=(), latency_queries=2,
+                   overrides={"crossencoder": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4}})
+    with monkeypatch.context() as m:
+        _kill_at_step(m, 4)
+        with pytest.raises(_Killed):
+            run_study(data, ["retrieval", "crossencoder"], prof, None, tmp_path / "a", progress=False, reuse=True)
+    partial = list((tmp_path / "cache" / "bench-models").glob("crossencoder-*.partial"))
+    assert len(partial) == 1 and (partial[0] / "checkpoint-2" / "trainer_state.json").is_file()
+    with monkeypatch.context() as m:
+        steps = _kill_at_step(m)
+        out = run_study(data, ["retrieval", "crossencoder"], prof, None, tmp_path / "b", progress=False, reuse=True)
+    assert steps["n"] == 3  # 18 training questions at batch 4: steps 3 to 5
+    assert not partial[0].exists()
+    assert (partial[0].with_name(partial[0].name.removesuffix(".partial")) / "config.json").is_file()
+    assert json.loads((out / "results.json").read_text())["table1"]["crossencoder"]["pooled"] is True

@@ -116,7 +116,7 @@ def main() -> None:
     tok = load_tokenizer(folder / "tokenizer.json", 256)
     with tempfile.TemporaryDirectory() as tmp:
         made = graphs(folder, Path(tmp))
-        sessions = {name: session(ort, path, kind, threads=1) for name, (path, kind) in made.items()}
+        sessions = {name: session(path, kind, threads=1) for name, (path, kind) in made.items()}
         rows = [np.asarray([e.ids[: sum(e.attention_mask)]], dtype=np.int64) for e in tok.encode_batch(flat)]
         times: dict[str, list[float]] = {name: [] for name in sessions}
         got: dict[str, list[np.ndarray]] = {name: [] for name in sessions}

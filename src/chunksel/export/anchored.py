@@ -179,14 +179,11 @@ class OnnxAnchored:
     """
 
     def __init__(self, model: str | Path | bytes, threads: int = 1) -> None:
-        import onnxruntime as ort
+        from chunksel.export.sessions import cpu_session
 
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
         data = model if isinstance(model, bytes) else Path(model).read_bytes()
         try:
-            self.session = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+            self.session = cpu_session(data, threads)
         except Exception as err:
             raise DataError(f"not a valid ONNX graph: {str(err).splitlines()[0][:200]}") from None
         meta = self.session.get_modelmeta().custom_metadata_map

@@ -86,12 +86,9 @@ class OnnxCrossEncoder:
     """
 
     def __init__(self, path: str | Path, tokenizer: Any, max_length: int, threads: int = 1) -> None:
-        import onnxruntime as ort
+        from chunksel.export.sessions import cpu_session
 
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        self.session = cpu_session(path, threads)
         self.tokenizer = tokenizer
         self.max_length = max_length
         #: pairs per run: a whole evaluation split in one padded batch would hold gigabytes

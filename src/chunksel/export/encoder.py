@@ -121,7 +121,7 @@ def export_encoder(model: str | Path | None = None, out: str | Path | None = Non
 
     torch = require("torch", "retrieval")
     require("onnx", "export")
-    ort = require("onnxruntime", "export")
+    require("onnxruntime", "export")
     for q in quantize:
         if q not in QUANTIZE:
             raise DataError(f"quantize must be among {QUANTIZE}, got {q!r}")
@@ -145,7 +145,7 @@ def export_encoder(model: str | Path | None = None, out: str | Path | None = Non
         want = st.encode(list(PROBES), progress=False)
         cosines: dict[str, list[float]] = {}
         for q in quantize:
-            got = _run_graph(ort, staging / graph_file(q), staging / "tokenizer.json", list(PROBES), max_seq_length)
+            got = _run_graph(staging / graph_file(q), staging / "tokenizer.json", list(PROBES), max_seq_length)
             if not np.isfinite(got).all():
                 raise DataError(f"the exported {q} encoder outputs NaN or infinite values (damaged weights?): "
                                 "nothing was written")
@@ -321,19 +321,16 @@ def quantize_int8(fp32: Path, out: Path, tokenizer: Path, max_seq_length: int) -
             "disabled_optimizers": list(INT8_DISABLED_OPTIMIZERS)}
 
 
-def session(ort: Any, graph: Path, quantize: str, threads: int | None = None) -> Any:
+def session(graph: Path, quantize: str, threads: int | None = None) -> Any:
     """An ONNX Runtime CPU session for one graph file (int8: :data:`INT8_DISABLED_OPTIMIZERS`)."""
-    opts = ort.SessionOptions()
-    if threads:
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
+    from chunksel.export.sessions import cpu_session
+
     disabled = list(INT8_DISABLED_OPTIMIZERS) if quantize == "int8" else []
-    return ort.InferenceSession(str(graph), sess_options=opts, providers=["CPUExecutionProvider"],
-                                disabled_optimizers=disabled)
+    return cpu_session(graph, threads, disabled_optimizers=disabled)
 
 
-def _run_graph(ort: Any, graph: Path, tokenizer: Path, texts: list[str], max_seq_length: int) -> np.ndarray:
+def _run_graph(graph: Path, tokenizer: Path, texts: list[str], max_seq_length: int) -> np.ndarray:
     """Embed ``texts`` with one graph file (the exporter's own check)."""
-    sess = session(ort, graph, "int8" if graph.name == graph_file("int8") else "fp32")
+    sess = session(graph, "int8" if graph.name == graph_file("int8") else "fp32")
     ids, mask = tokenize(load_tokenizer(tokenizer, max_seq_length), texts)
     return sess.run(None, {"input_ids": ids, "attention_mask": mask})[0]

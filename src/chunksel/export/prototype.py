@@ -194,7 +194,7 @@ class OnnxPrototype:
 
     def __init__(self, model: str | Path | bytes | Any, threads: int | None = None) -> None:
         try:
-            import onnxruntime as ort
+            import onnxruntime  # noqa: F401
         except ImportError as err:  # pragma: no cover - the [export] extra is part of [all]
             raise ImportError("the ONNX engine needs onnxruntime: pip install 'chunksel[export]'") from err
         source = model
@@ -205,12 +205,10 @@ class OnnxPrototype:
             model = path.read_bytes()
         elif not isinstance(model, bytes):
             model = model.SerializeToString()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or _default_threads()
-        opts.inter_op_num_threads = 1
-        opts.log_severity_level = 3
+        from chunksel.export.sessions import cpu_session
+
         try:
-            self.session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+            self.session = cpu_session(model, threads or _default_threads(), quiet=True)
         except Exception as err:  # onnxruntime raises its own error types
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise DataError(f"corrupt ONNX model {source if isinstance(source, (str, Path)) else ''}: {first}") from None

@@ -97,7 +97,7 @@ class OnnxEncoder:
         """Open the graph (exporting it first when absent); checks the file digests."""
         if self._session is not None:
             return self
-        ort = require("onnxruntime", "export")
+        require("onnxruntime", "export")  # the extra, named when it is missing
         from chunksel.export.encoder import (
             default_dir,
             export_encoder,
@@ -127,7 +127,7 @@ class OnnxEncoder:
             digest = hashlib.sha256((folder / name).read_bytes()).hexdigest()
             if digest != meta.get("sha256", {}).get(name):
                 raise DataError(f"corrupt encoder export {folder}: {name} does not match its checksum")
-        self._session = session(ort, graph, self.quantize, self.threads)
+        self._session = session(graph, self.quantize, self.threads)
         self._tok = load_tokenizer(folder / "tokenizer.json", self.max_seq_length)
         self._pad_id = self._tok.token_to_id("[PAD]") or 0
         return self

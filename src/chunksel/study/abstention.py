@@ -196,41 +196,76 @@ def _panels(results: Mapping[str, Mapping[str, Any]]) -> tuple[Any, list[Any], l
     return fig, [fig.add_subplot(rows, cols, n + 1) for n in range(len(dss))], dss
 
 
+def _selectors(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Every selector of any panel, in first-seen order (Table 1's row order)."""
+    return list(dict.fromkeys(name for per in results.values() for name in per))
+
+
+def _finish(fig: Any, axes: list[Any], path: str | Path) -> Path:
+    """One legend for every panel, under them (the panels share their selectors and colours;
+    each panel's AUROC or ECE is in the table above the plot)."""
+    from chunksel.study.plotstyle import legend_below
+
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.tight_layout()
+    legend_below(fig, list(handles.values()), list(handles), ncol=5)
+    fig.savefig(path, format="png", bbox_inches="tight")
+    return Path(path)
+
+
+def _line_style(name: str, colors: Mapping[str, Any]) -> dict[str, Any]:
+    from chunksel.study.names import selector_label
+    from chunksel.study.plotstyle import REFERENCE_ROWS, is_flagship
+
+    return {"color": colors[name], "label": selector_label(name),
+            "linestyle": "--" if name in REFERENCE_ROWS else "-",
+            "linewidth": 2.2 if is_flagship(name) else 1.1}
+
+
 def plot_risk_coverage(results: Mapping[str, Mapping[str, Any]], path: str | Path) -> Path | None:
     """Selective rank-1 accuracy against coverage, one panel per dataset (None: nothing to draw)."""
+    from chunksel.study.names import dataset_label
+    from chunksel.study.plotstyle import selector_colors
+
     made = _panels(results)
     if made is None:
         return None
     fig, axes, dss = made
+    colors = selector_colors(_selectors(results))
     for ax, ds in zip(axes, dss):
         for name, s in results[ds].items():
             if "error" not in s:
                 ax.plot(s["risk_coverage"]["coverage"], s["risk_coverage"]["accuracy"],
-                        label=f"{name} ({_f(s['auroc'], 2)})")
-        ax.set(title=ds, xlabel="coverage (most confident sets first)", ylabel="selective rank-1", ylim=(0, 1.02))
-        ax.legend(fontsize=6, title="AUROC", title_fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    return Path(path)
+                        **_line_style(name, colors))
+        ax.set(title=dataset_label(ds), xlabel="coverage (most confident sets first)",
+               ylabel="selective rank-1", ylim=(0, 1.02))
+        ax.grid(True, alpha=0.3)
+    return _finish(fig, axes, path)
 
 
 def plot_reliability(results: Mapping[str, Mapping[str, Any]], path: str | Path) -> Path | None:
     """Per-chunk reliability diagrams (15 equal-mass bins), one panel per dataset."""
+    from chunksel.study.names import dataset_label
+    from chunksel.study.plotstyle import selector_colors
+
     made = _panels(results)
     if made is None:
         return None
     fig, axes, dss = made
+    colors = selector_colors(_selectors(results))
     for ax, ds in zip(axes, dss):
         ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
         for name, s in results[ds].items():
             if "error" not in s:
                 ax.plot(s["reliability"]["mean_probability"], s["reliability"]["frequency"], marker="o",
-                        markersize=2, label=f"{name} ({_f(s['chunk_ece'])})")
-        ax.set(title=ds, xlabel="calibrated P(evidence)", ylabel="observed share", xlim=(0, 1), ylim=(0, 1))
-        ax.legend(fontsize=6, title="ECE", title_fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    return Path(path)
+                        markersize=2, **_line_style(name, colors))
+        ax.set(title=dataset_label(ds), xlabel="calibrated P(evidence)", ylabel="observed share",
+               xlim=(0, 1), ylim=(0, 1))
+        ax.grid(True, alpha=0.3)
+    return _finish(fig, axes, path)
 
 
 def plot_abstention(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path) -> list[Path]:

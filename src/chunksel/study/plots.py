@@ -26,6 +26,7 @@ from chunksel.study.abstention import plot_reliability, plot_risk_coverage
 from chunksel.study.format import PLOT_FILES, Results, as_number, table1_average
 from chunksel.study.generation_tables import answer_condition_label
 from chunksel.study.names import dataset_label, selector_label
+from chunksel.study.plotstyle import legend_below, place_labels, selector_colors
 from chunksel.study.results import as_results
 from chunksel.study.tables import budget_value, significance_rows
 
@@ -40,21 +41,9 @@ def _figure(width: float = 7.0, height: float = 4.5) -> Any:
     return fig
 
 
-def _colors(n: int) -> list[Any]:
-    """``n`` distinct colours: tab10's ten, then the dark shades of tab20b and tab20c
-    (other hues), then samples of a continuous map."""
-    from matplotlib import colormaps
-
-    pool = [colormaps["tab10"](i) for i in range(10)]
-    pool += [colormaps[m](i) for m in ("tab20b", "tab20c") for i in (0, 4, 8, 12, 16)]
-    if n <= len(pool):
-        return pool[:n]
-    return [colormaps["turbo"](x) for x in np.linspace(0.05, 0.95, n)]
-
-
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, format="png")
+    fig.savefig(path, format="png", bbox_inches="tight")  # keeps legends placed outside the axes
     return path
 
 
@@ -75,17 +64,16 @@ def plot_accuracy_vs_latency(results: Results, path: str | Path) -> Path | None:
     params = np.array([p[3] for p in pts])
     top = params.max() if params.max() > 0 else 1.0
     sizes = 30.0 + 900.0 * np.sqrt(params / top)
-    ax.scatter([p[1] for p in pts], [p[2] for p in pts], s=sizes, alpha=0.5, edgecolors="black")
-    for name, lat, avg, _ in pts:
-        ax.annotate(
-            selector_label(name), (lat, avg), textcoords="offset points", xytext=(6, 6), fontsize=8
-        )
+    colors = selector_colors(list(res.table1))
+    ax.scatter([p[1] for p in pts], [p[2] for p in pts], s=sizes, alpha=0.5, edgecolors="black",
+               c=[colors[p[0]] for p in pts])
     ax.set_xscale("log")
     ax.margins(0.15)
     ax.set_xlabel("p50 latency per query, batch 1, one thread (ms, log scale)")
     ax.set_ylabel("average rank-1 accuracy (%)")
     ax.set_title("Accuracy vs latency (bubble area ~ trainable parameters)")
     ax.grid(True, which="both", alpha=0.3)
+    place_labels(ax, [(selector_label(name), lat, avg) for name, lat, avg, _ in pts])
     return _save(fig, Path(path))
 
 
@@ -130,7 +118,7 @@ def plot_accuracy_by_dataset(results: Results, path: str | Path) -> Path | None:
     fig = _figure(max(7.0, 1.4 * len(datasets) + 2), 4.5)
     ax = fig.add_subplot(1, 1, 1)
     xs = np.arange(len(datasets))
-    colors = _colors(len(names))  # one colour per row (the default cycle repeats after ten)
+    colors = selector_colors(names)  # one colour per row (the default cycle repeats after ten)
     for i, name in enumerate(names):
         per = t1[name].per_dataset
         means, lo_err, hi_err = [], [], []
@@ -153,14 +141,14 @@ def plot_accuracy_by_dataset(results: Results, path: str | Path) -> Path | None:
             width,
             yerr=[lo_err, hi_err],
             capsize=2,
-            color=colors[i],
+            color=colors[name],
             label=selector_label(name),
         )
     ax.set_xticks(xs)
     ax.set_xticklabels([dataset_label(d) for d in datasets])
     ax.set_ylabel("rank-1 accuracy (%)")
     ax.set_title("Accuracy by dataset (error bars: bootstrap 95% CI, else std over seeds)")
-    ax.legend(fontsize=7, ncol=2)
+    legend_below(fig, *ax.get_legend_handles_labels(), ncol=5)  # under the bars, never over them
     ax.grid(True, axis="y", alpha=0.3)
     return _save(fig, Path(path))
 

@@ -204,31 +204,21 @@ def _selectors(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
 def _finish(fig: Any, axes: list[Any], path: str | Path) -> Path:
     """One legend for every panel, under them (the panels share their selectors and colours;
     each panel's AUROC or ECE is in the table above the plot)."""
-    from chunksel.study.plotstyle import legend_below
+    from chunksel.study.plotstyle import legend_below, save_png
 
     handles: dict[str, Any] = {}
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
-    fig.tight_layout()
+    fig.tight_layout()  # the panels first, then the legend under them
     legend_below(fig, list(handles.values()), list(handles), ncol=5)
-    fig.savefig(path, format="png", bbox_inches="tight")
-    return Path(path)
-
-
-def _line_style(name: str, colors: Mapping[str, Any]) -> dict[str, Any]:
-    from chunksel.study.names import selector_label
-    from chunksel.study.plotstyle import REFERENCE_ROWS, is_flagship
-
-    return {"color": colors[name], "label": selector_label(name),
-            "linestyle": "--" if name in REFERENCE_ROWS else "-",
-            "linewidth": 2.2 if is_flagship(name) else 1.1}
+    return Path(save_png(fig, path))
 
 
 def plot_risk_coverage(results: Mapping[str, Mapping[str, Any]], path: str | Path) -> Path | None:
     """Selective rank-1 accuracy against coverage, one panel per dataset (None: nothing to draw)."""
     from chunksel.study.names import dataset_label
-    from chunksel.study.plotstyle import selector_colors
+    from chunksel.study.plotstyle import line_style, selector_colors
 
     made = _panels(results)
     if made is None:
@@ -239,7 +229,7 @@ def plot_risk_coverage(results: Mapping[str, Mapping[str, Any]], path: str | Pat
         for name, s in results[ds].items():
             if "error" not in s:
                 ax.plot(s["risk_coverage"]["coverage"], s["risk_coverage"]["accuracy"],
-                        **_line_style(name, colors))
+                        **line_style(name, colors))
         ax.set(title=dataset_label(ds), xlabel="coverage (most confident sets first)",
                ylabel="selective rank-1", ylim=(0, 1.02))
         ax.grid(True, alpha=0.3)
@@ -249,7 +239,7 @@ def plot_risk_coverage(results: Mapping[str, Mapping[str, Any]], path: str | Pat
 def plot_reliability(results: Mapping[str, Mapping[str, Any]], path: str | Path) -> Path | None:
     """Per-chunk reliability diagrams (15 equal-mass bins), one panel per dataset."""
     from chunksel.study.names import dataset_label
-    from chunksel.study.plotstyle import selector_colors
+    from chunksel.study.plotstyle import line_style, selector_colors
 
     made = _panels(results)
     if made is None:
@@ -261,7 +251,7 @@ def plot_reliability(results: Mapping[str, Mapping[str, Any]], path: str | Path)
         for name, s in results[ds].items():
             if "error" not in s:
                 ax.plot(s["reliability"]["mean_probability"], s["reliability"]["frequency"], marker="o",
-                        markersize=2, **_line_style(name, colors))
+                        markersize=2, **line_style(name, colors))
         ax.set(title=dataset_label(ds), xlabel="calibrated P(evidence)", ylabel="observed share",
                xlim=(0, 1), ylim=(0, 1))
         ax.grid(True, alpha=0.3)

@@ -26,14 +26,27 @@ def dataset_label(name: str) -> str:
     return DATASET_NAMES.get(name, name)
 
 
-def selector_label(name: str) -> str:
-    """The display name a registered selector declares (its registry name otherwise)."""
+def _described(name: str) -> dict[str, str] | None:
+    """The registry's description of ``name`` (None: unregistered, or its extra is missing)."""
     from chunksel.errors import ChunkselError
     from chunksel.selectors.base import REGISTRY, describe
 
     if name not in REGISTRY:
-        return name
+        return None
     try:
-        return describe(name)["display_name"]
+        return describe(name)
     except (ChunkselError, ImportError):
-        return name
+        return None
+
+
+def selector_label(name: str) -> str:
+    """The display name a registered selector declares (its registry name otherwise)."""
+    d = _described(name)
+    return name if d is None else d["display_name"]
+
+
+def selector_role(name: str) -> str | None:
+    """The role a registered selector declares (``flagship``, ``baseline``, ``reference``...),
+    None for a name the registry does not know."""
+    d = _described(name)
+    return None if d is None else d["role"]

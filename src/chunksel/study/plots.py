@@ -26,7 +26,7 @@ from chunksel.study.abstention import plot_reliability, plot_risk_coverage
 from chunksel.study.format import PLOT_FILES, Results, as_number, table1_average
 from chunksel.study.generation_tables import answer_condition_label
 from chunksel.study.names import dataset_label, selector_label
-from chunksel.study.plotstyle import legend_below, place_labels, selector_colors
+from chunksel.study.plotstyle import legend_below, place_labels, save_png, selector_colors
 from chunksel.study.results import as_results
 from chunksel.study.tables import budget_value, significance_rows
 
@@ -42,9 +42,7 @@ def _figure(width: float = 7.0, height: float = 4.5) -> Any:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, format="png", bbox_inches="tight")  # keeps legends placed outside the axes
-    return path
+    return save_png(fig, path)
 
 
 def plot_accuracy_vs_latency(results: Results, path: str | Path) -> Path | None:

@@ -8,9 +8,6 @@ from typing import Any
 
 import numpy as np
 
-#: selectors drawn dashed in line plots: references, not methods
-REFERENCE_ROWS = frozenset({"random", "oracle"})
-
 
 def distinct_colors(n: int) -> list[Any]:
     """``n`` distinct colours: tab10's ten, then the dark shades of tab20b and tab20c
@@ -32,15 +29,27 @@ def selector_colors(names: Sequence[str]) -> dict[str, Any]:
 
 def is_flagship(name: str) -> bool:
     """Whether a registered selector declares the flagship role (drawn thicker)."""
-    from chunksel.errors import ChunkselError
-    from chunksel.selectors.base import REGISTRY, describe
+    from chunksel.study.names import selector_role
 
-    if name not in REGISTRY:
-        return False
-    try:
-        return describe(name).get("role") == "flagship"
-    except (ChunkselError, ImportError):
-        return False
+    return selector_role(name) == "flagship"
+
+
+def line_style(name: str, colors: dict[str, Any]) -> dict[str, Any]:
+    """A selector's line in a line plot: its colour and display name; dashed for a
+    reference row (random, oracle), thicker for a flagship row (roles from the registry)."""
+    from chunksel.study.names import selector_label, selector_role
+
+    role = selector_role(name)
+    return {"color": colors[name], "label": selector_label(name),
+            "linestyle": "--" if role == "reference" else "-",
+            "linewidth": 2.2 if role == "flagship" else 1.1}
+
+
+def save_png(fig: Any, path: Any) -> Any:
+    """Lay out and write ``fig``; ``bbox_inches="tight"`` keeps legends placed outside the axes."""
+    fig.tight_layout()
+    fig.savefig(path, format="png", bbox_inches="tight")
+    return path
 
 
 def legend_below(fig: Any, handles: Sequence[Any], labels: Sequence[str], ncol: int = 4,

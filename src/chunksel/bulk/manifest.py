@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from chunksel.config import config_hash
+from chunksel.data.files import atomic_write_text  # re-exported: the jobs import it from here
 from chunksel.errors import ConfigError, DataError
 
 FORMAT = 1
@@ -56,13 +57,6 @@ DONE_DIR = "done"
 LOG = "log.jsonl"
 RUN = "run"
 INPUTS = "inputs"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a process-unique temporary file + ``os.replace``."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def new_run(folder: str | os.PathLike) -> str:

@@ -23,6 +23,7 @@ import numpy as np
 
 from chunksel.config import cache_root, data_root, file_checksum, show_progress
 from chunksel.data.corpus import PRECOMPUTED, Corpus
+from chunksel.data.files import atomic_write_text
 from chunksel.errors import DataError
 from chunksel.retrieval.encoder import Encoder
 
@@ -182,14 +183,8 @@ def _checked_precomputed(corpus: Corpus, encoder: Encoder, path: Path) -> np.nda
             return emb
     worst = check_precomputed(corpus, emb, encoder, source=source)
     verdict_file.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(verdict_file, json.dumps({"key": key, "min_cosine": worst}, indent=2))
+    atomic_write_text(verdict_file, json.dumps({"key": key, "min_cosine": worst}, indent=2))
     return emb
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _encode_sharded(
@@ -212,7 +207,7 @@ def _encode_sharded(
         if old.get("n_rows") != len(corpus) or old.get("shard_rows") != shard_rows:
             for stale in folder.glob("shard_*.npy"):  # another layout: start over
                 stale.unlink()
-    _atomic_write_text(meta_file, json.dumps(meta, indent=2))
+    atomic_write_text(meta_file, json.dumps(meta, indent=2))
 
     dim = encoder.dim
     n_shards = -(-len(corpus) // shard_rows)

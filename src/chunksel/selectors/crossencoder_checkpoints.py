@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from chunksel.data.files import atomic_write_text
 from chunksel.errors import ConfigError, DataError
 
 #: a fit given ``checkpoint_dir`` saves a resumable checkpoint every this many steps
@@ -54,15 +55,7 @@ class FitCheckpoints:
                 shutil.rmtree(self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         if not stamp.is_file():
-            self._write(stamp, json.dumps({"fit": self.fit, "settings": params}, default=str))
-
-    @staticmethod
-    def _write(path: Path, text: str) -> None:
-        import os
-
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+            atomic_write_text(stamp, json.dumps({"fit": self.fit, "settings": params}, default=str))
 
     def latest(self) -> str | None:
         """The newest complete checkpoint (its trainer state is written last), or None."""
@@ -113,7 +106,7 @@ class FitCheckpoints:
             tmp = self.folder / f".{self.BEST}.{os.getpid()}.tmp"
             torch.save(best["state"], tmp)
             os.replace(tmp, self.folder / self.BEST)
-        self._write(self.folder / self.RECORD, json.dumps({
+        atomic_write_text(self.folder / self.RECORD, json.dumps({
             "history": history, "best_rank1": best["rank1"], "best_epoch": best["epoch"], "has_state": has_state}))
 
     def remove(self) -> None:

@@ -15,13 +15,22 @@ prompt, Yes/No read from log-probabilities) and compares:
   precision and recall of the judge's Yes, next to those of containment on the same
   pairs, and the AUC of the Yes probability.
 
+With ``--reference`` it judges the questions that carry the reference semantic labels of
+the benchmark data (``semantic/``: TriviaQA, PopQA, MS MARCO test questions, all K = 5
+candidates, built as the full and large profiles build them, ``limit=None``) and compares
+the judge with them: agreement, kappa (95% intervals resampling questions), and the
+judge's precision and recall of the reference positives, next to answer containment's on
+the same pairs. ``--questions`` then takes that many labelled questions per dataset (the
+smallest sha256 of their id; 0: all). Writes ``benchmarks/results/judge_agreement_reference.json``
+(or the ``--out`` given).
+
 Every judgement goes through the response cache, so a killed run resumes (re-run the
 same command) and a larger ``--questions`` only judges the new pairs. The judge's labels
 are also written as the dataset's sidecar (``chunksel label`` does the same), so
 ``--label semantic`` sees them. Writes ``benchmarks/results/judge_agreement.json``.
 
     nice -n 19 python benchmarks/judge_agreement.py [--questions 30] [--datasets ...]
-        [--judge local|URL] [--model NAME] [--threads 1]
+        [--judge local|URL] [--model NAME] [--threads 1] [--reference]
 """
 
 from __future__ import annotations
@@ -39,6 +48,8 @@ from pathlib import Path
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results" / "judge_agreement.json"
+REFERENCE_RESULTS = RESULTS.with_name("judge_agreement_reference.json")
+REFERENCE_DATASETS = ("triviaqa", "popqa", "msmarco")
 #: per dataset: the gold-evidence label source compared with the judge (None: none)
 GOLD_SOURCE = {"triviaqa": None, "nq": "gold", "hotpotqa": "gold", "msmarco": "qrels",
                "popqa": "gold", "squad2": "gold"}
@@ -141,12 +152,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", nargs="+", default=["triviaqa", "nq", "hotpotqa", "msmarco"])
     ap.add_argument("--questions", type=int, default=30, help="questions per dataset (x 5 candidates)")
-    ap.add_argument("--judge", default="local", help="local, or an OpenAI-compatible base URL")
+    ap.add_argument("--judge", "--llm", dest="judge", default="local",
+                    help="local, or an OpenAI-compatible base URL (a served judge; --model names its model)")
     ap.add_argument("--model", default=None, help="local model path / server model name")
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--out", default=None, help=f"default {RESULTS.name} ({REFERENCE_RESULTS.name} with --reference)")
+    ap.add_argument("--reference", action="store_true",
+                    help="judge the questions with reference semantic labels and compare with them")
     args = ap.parse_args(argv)
+    args.out = args.out or str(REFERENCE_RESULTS if args.reference else RESULTS)
+    if args.reference and args.datasets == ap.get_default("datasets"):
+        args.datasets = list(REFERENCE_DATASETS)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from chunksel.threads import set_threads
@@ -157,6 +174,8 @@ def main(argv=None) -> int:
 
     backend = make_backend(args.judge, args.model, args.batch_size)
     stage(f"judge {backend.name}/{backend.model_id}")
+    if args.reference:
+        return against_reference(args, backend)
     report: dict = {
         "judge": f"{backend.name}/{backend.model_id}",
         "prompt": JUDGE_PROMPT,
@@ -220,6 +239,69 @@ def main(argv=None) -> int:
     }
     out = Path(args.out)
     if not new_pairs and out.is_file():  # everything was cached: keep the measured figure
+        report["throughput"] = json.loads(out.read_text()).get("throughput", report["throughput"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    stage(f"wrote {args.out}")
+    return 0
+
+
+def against_reference(args, backend) -> int:
+    """``--reference``: the judge (and answer containment) against the reference labels."""
+    from chunksel.build import build_instances
+    from chunksel.data.reference_labels import EVIDENCE, attach_reference, load_reference
+    from chunksel.labels.judge import JUDGE_PROMPT, label_instances, write_sidecar
+
+    report: dict = {
+        "judge": f"{backend.name}/{backend.model_id}", "prompt": JUDGE_PROMPT,
+        "decision": "argmax of log p(Yes) vs log p(No) as the answer's first token",
+        "reference": "semantic/ of the benchmark data (evaluation-only reference labels, field 'evidence')",
+        "sample": {"questions_per_dataset": args.questions or "all", "k": 5,
+                   "store": "flat index, limit=None, grouped splits (the full and large profiles' candidates)",
+                   "selection": "smallest sha256(question id) among the labelled questions"},
+        "paper": {"agreement_containment": PAPER_AGREEMENT, "judge": "GPT-5.1"},
+        "machine": {"cpu_threads": args.threads, "platform": platform.platform(), "nice": os.nice(0)},
+        "datasets": {},
+    }
+    pooled: dict[str, list[np.ndarray]] = {"judge": [], "ref": [], "p": [], "g": []}
+    new_pairs, new_seconds = 0, 0.0
+    for ds in args.datasets:
+        ref = load_reference(ds)
+        built = build_instances(ds, k=5, index="flat", limit=None, split="grouped", progress=True)
+        labelled = attach_reference(built.instances, ref)
+        batch = sample(labelled, args.questions or len(labelled), None)
+        stage(f"{ds}: {len(batch)} of {len(ref.sample)} labelled questions, "
+              f"{sum(len(i.candidates) for i in batch)} pairs")
+        res = label_instances(batch, backend, batch_size=args.batch_size, progress=True)
+        write_sidecar(built.path, res)
+        new_pairs += res.stats["misses"]
+        new_seconds += res.stats["seconds"]
+        judge = arrays(batch, "semantic")
+        gold = arrays(batch, EVIDENCE)
+        p_yes = np.array([np.nan if r.p_yes is None else r.p_yes for r in res.rows])
+        groups = np.array([f"{ds}:{i.id}" for i in batch for _ in i.candidates])
+        entry: dict = {"questions": len(batch), "pairs": int(len(judge)), "unparsed": len(res.failures),
+                       "reference_positive_rate": _f(gold.mean()), "judge_positive_rate": _f(judge.mean()),
+                       "judge_vs_reference": versus_containment(judge, gold, p_yes, groups),
+                       "judge_as_predictor": versus_gold(judge, gold, None, p_yes, EVIDENCE)}
+        contain = arrays(batch, "containment")
+        has_c = contain >= 0
+        if has_c.any():
+            entry["containment_vs_reference"] = {
+                **versus_containment(contain[has_c], gold[has_c], contain[has_c].astype(float), groups[has_c]),
+                "as_predictor": _pr(contain[has_c].astype(bool), gold[has_c].astype(bool))}
+        for key, x in (("judge", judge), ("ref", gold), ("p", p_yes), ("g", groups)):
+            pooled[key].append(x)
+        report["datasets"][ds] = entry
+        stage(f"{ds}: {json.dumps(entry)[:400]}")
+    report["pooled"] = versus_containment(np.concatenate(pooled["judge"]), np.concatenate(pooled["ref"]),
+                                          np.concatenate(pooled["p"]), np.concatenate(pooled["g"]))
+    report["note"] = ("'confusion' rows are the reference (0/1) and columns the judge (0/1); in "
+                      "containment_vs_reference the columns are containment")
+    report["throughput"] = {"new_pairs": new_pairs,
+                            "pairs_per_s_backend": _f(new_pairs / new_seconds) if new_seconds else None}
+    out = Path(args.out)
+    if not new_pairs and out.is_file():
         report["throughput"] = json.loads(out.read_text()).get("throughput", report["throughput"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")

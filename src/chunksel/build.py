@@ -268,8 +268,12 @@ def _with_label(built: Built, label: str | None) -> Built:
     """``built`` with every instance's label spec set to ``label`` (checked first)."""
     if not label:
         return built
+    from chunksel.data.reference_labels import attach_reference, load_reference, names_reference
     from chunksel.types import parse_label_spec
 
+    if names_reference(label):  # evaluation-only reference labels: keep the labelled questions
+        kept = attach_reference(built.instances, load_reference(built.dataset))
+        built = Built(built.dataset, built.path, kept, built.config, split_stats(kept))
     seen = {src for i in built.instances for c in i.candidates for src in c.labels}
     for src in parse_label_spec(label):
         if src not in seen:
@@ -278,7 +282,7 @@ def _with_label(built: Built, label: str | None) -> Built:
                 f"label source {src!r} is on no candidate of {built.dataset} "
                 f"(sources here: {', '.join(sorted(seen)) or 'none'}){hint}"
             )
-        if src.split("@")[0] in ("semantic", "utility"):  # LLM labels from sidecars
+        if src.split("@")[0] in ("semantic", "utility") and not names_reference(src):  # LLM labels (sidecars)
             from chunksel.labels.judge import missing_labels
 
             missing = missing_labels(built.instances, src)

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 SPLITS = ("train", "val", "test")
+#: the reference semantic labels' sources (evaluation only: :mod:`chunksel.data.reference_labels`)
+REFERENCE_SOURCES = ("semantic@reference", "supports@reference")
 
 
 def parse_label_spec(spec: str) -> tuple[str, ...]:
@@ -130,6 +132,15 @@ class Instance:
     def labels(self, spec: str | None = None) -> np.ndarray:
         """0/1 vector over the candidates under ``spec`` (default: the instance's)."""
         spec = spec or self.label_source
+        if "@reference" in spec:  # evaluation-only labels: a missing one is an error, never a 0
+            for src in parse_label_spec(spec):
+                lost = [c.id for c in self.candidates if src in REFERENCE_SOURCES and src not in c.labels]
+                if lost:
+                    from chunksel.errors import DataError
+
+                    raise DataError(f"question {self.question.id!r} has no {src!r} label for candidate(s) "
+                                    f"{', '.join(lost)}: the reference labels cover a sample of test questions "
+                                    "only (a label spec naming them keeps the labelled questions)")
         return np.array([c.is_positive(spec) for c in self.candidates], dtype=np.int8)
 
     def answerable(self, spec: str | None = None) -> bool:
@@ -175,6 +186,20 @@ class Selection:
             "candidate_ids": list(self.candidate_ids),
             "scores": [float(s) for s in self.scores],
         }
+
+
+def refuse_reference_labels(*splits: Sequence[Instance] | None) -> None:
+    """Raise when an instance of ``splits`` is labelled by a reference source: those labels
+    are for evaluation only (no fit, calibration, selection or stacking reads them)."""
+    for batch in splits:
+        for inst in batch or ():
+            if "@reference" in inst.label_source and any(
+                    src in REFERENCE_SOURCES for src in parse_label_spec(inst.label_source)):
+                from chunksel.errors import DataError
+
+                raise DataError(f"question {inst.question.id!r} is labelled {inst.label_source!r}: the reference "
+                                "semantic labels are for evaluation only; train on the dataset's own labels "
+                                "(leave --label out) and evaluate with --label semantic@reference")
 
 
 def candidate_mask(batch: Sequence[Instance], k: int | None = None) -> np.ndarray:

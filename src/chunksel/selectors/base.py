@@ -48,7 +48,7 @@ from chunksel.errors import ConfigError, DataError, MissingExtraError, NotFitted
 from chunksel.selectors.checkpoint import state_checksums, verify_checksums
 from chunksel.selectors.params import check_ranges, coerce_params
 from chunksel.selectors.provenance import record_provenance, selector_inputs
-from chunksel.types import Instance, Selection, candidate_mask
+from chunksel.types import Instance, Selection, candidate_mask, refuse_reference_labels
 
 FORMAT_VERSION = 1
 S = TypeVar("S", bound="Selector")
@@ -128,6 +128,7 @@ class Selector(ABC):
         val: Sequence[Instance] | None = None,
     ) -> S:
         """Learn from ``train`` (and ``val`` for early stopping); returns ``self``."""
+        refuse_reference_labels(train, val)
         self.fitted_ = True
         record_provenance(self, train, features)
         if _FIT_DEPTH.get() == 0:
@@ -323,6 +324,8 @@ def _recording_fit(fit):
 
     @functools.wraps(fit)
     def wrapper(self, *args: Any, **kwargs: Any):
+        refuse_reference_labels(args[0] if args else kwargs.get("train"),
+                                args[2] if len(args) > 2 else kwargs.get("val"))
         token = _FIT_DEPTH.set(_FIT_DEPTH.get() + 1)
         try:
             out = fit(self, *args, **kwargs)

@@ -28,6 +28,8 @@ import numpy as np
 
 from chunksel.eval.calibration import abstention_summary
 
+#: the per-test-set lists of an abstention result, read by other stages and never reported
+PER_SET = ("abstained_auto", "per_set")
 #: issue #30's targets
 TARGETS = {"auroc": 0.85, "chunk_ece": 0.05, "unanswerable_abstained": 0.5}
 
@@ -61,9 +63,15 @@ def abstention_of(sel: Any, test: Sequence[Any], features: Any = None, scores: A
     out["calibrator"] = {"chunk_method": cal.chunk.method, "set_method": cal.set.method, "source": cal.source,
                          "label_source": cal.label_source, **cal.info}
     out["targets_met"] = targets_met(out)
-    # per test instance: k="auto" kept no chunk (Table 4's "I don't know" row; not reported)
-    out["abstained_auto"] = [choose(row, p, None, "auto", None, None, cal.auto_threshold)[1]
-                             for row, p in zip(scores, chunk_p, strict=True)]
+    # per test instance (not reported; read by other stages): k="auto" kept no chunk (Table 4's
+    # "I don't know" row); the chunks k="auto" kept, the top two and the set probability (the
+    # semantic-label stage, chunksel.study.semantic)
+    chosen = [choose(row, p, None, "auto", None, None, cal.auto_threshold)
+              for row, p in zip(scores, chunk_p, strict=True)]
+    out["abstained_auto"] = [c[1] for c in chosen]
+    out["per_set"] = {"kept_auto": [[int(j) for j in c[0]] for c in chosen],
+                      "top2": [[int(j) for j in row] for row in np.argsort(-scores, axis=1, kind="stable")[:, :2]],
+                      "set_p": [float(p) for p in np.asarray(set_p, dtype=np.float64)]}
     return out
 
 
@@ -161,7 +169,7 @@ def abstention(study: Any) -> dict[str, dict[str, Any]]:
             if res is None:  # a pooled row a bench --jobs worker leaves to the whole study
                 continue
             if res.get("abstention") is not None:
-                out.setdefault(ds, {})[name] = {k: v for k, v in res["abstention"].items() if k != "abstained_auto"}
+                out.setdefault(ds, {})[name] = {k: v for k, v in res["abstention"].items() if k not in PER_SET}
     return out
 
 

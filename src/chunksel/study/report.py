@@ -20,6 +20,7 @@ from chunksel.study.headline import format_headline
 from chunksel.study.names import dataset_label, selector_label
 from chunksel.study.plots import write_plots
 from chunksel.study.results import BenchResults, _jsonable, as_results
+from chunksel.study.semantic_tables import format_semantic
 from chunksel.study.tables import (
     format_extra_metrics,
     format_generator_ablation,
@@ -114,6 +115,12 @@ def render_markdown(results: Results, plots: Mapping[str, str] | None = None) ->
             "candidates); trained selectors: mean ± std over seeds. Params: trainable "
             f"parameters the selector adds; {_latency_note(res)} Best per column in bold.",
             ["latency", "bars"],
+        ),
+        (
+            "Under semantic evidence labels: the chunk-selection paper's yardstick",
+            format_semantic(res),
+            "",
+            [],
         ),
         (
             "Significance against the strongest baseline",

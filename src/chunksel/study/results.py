@@ -35,6 +35,7 @@ same layout without Table 4, and is read as such)::
                                      "per_selector": {<selector>: {<size>: %}}}},
       "answers": {<dataset>: answer_table(...) output},      # Table 4 (version 2)
       "abstention": {<dataset>: {<selector>: abstention_summary(...) + "calibrator"}},  # optional
+      "semantic": {...},    # optional: rank-1 under the reference semantic labels (chunksel.study.semantic)
       "llm": {<dataset>: {"questions", "answerable", "question_ids",   # Table 5 (optional)
                           "rows": {<selector>: {"accuracy": %, "ci": [lo, hi], "n"}},
                           "cost": {<LLM selector>: {"calls_per_query", "prompt_tokens_per_query",
@@ -111,6 +112,8 @@ class BenchResults:
     llm: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: dataset -> selector -> calibrated abstention figures (chunksel.study.abstention)
     abstention: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the semantic-label stage (chunksel.study.semantic; empty without reference labels)
+    semantic: dict[str, Any] = field(default_factory=dict)
     extra_metrics: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
     reused_results: int = 0
@@ -159,6 +162,7 @@ class BenchResults:
             "answers": self.answers,
             "llm": self.llm,
             "abstention": self.abstention,
+            "semantic": self.semantic,
             "extra_metrics": self.extra_metrics,
             "timings_s": self.timings_s,
             "reused_results": self.reused_results,
@@ -239,6 +243,7 @@ class BenchResults:
             learning_curve=curves, answers=dict(_map(x.get("answers"), "answers")),
             llm=dict(_map(x.get("llm"), "llm")),
             abstention=dict(_map(x.get("abstention"), "abstention")),
+            semantic=dict(_map(x.get("semantic"), "semantic")),
             extra_metrics={str(n): {str(d): dict(_map(m, f"extra_metrics.{n}.{d}")) for d, m in _map(per, n).items()}
                            for n, per in _map(x.get("extra_metrics"), "extra_metrics").items()},
             timings_s=dict(_map(x.get("timings_s"), "timings_s")),

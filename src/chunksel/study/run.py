@@ -29,7 +29,10 @@ Stages, each printing its progress and each reusing the caches below it:
    and all top-K, and from the LLM selectors' picks where Table 5 covered the question
    (utility: its whole dynamic-k selection, possibly empty)
    (:func:`chunksel.study.answer_table.answer_table`, KV reuse, cached answers);
-10. ``report.md``, ``results.json`` and the plots (:mod:`chunksel.study.report`), from one
+10. **semantic labels**: every Table 1 row ranked under the reference semantic evidence
+   labels on the labelled test questions (:mod:`chunksel.study.semantic`; read after every
+   fit, never trained or chosen on);
+11. ``report.md``, ``results.json`` and the plots (:mod:`chunksel.study.report`), from one
    typed :class:`~chunksel.study.results.BenchResults`.
 
 Rows come from the selector registry: every registered selector whose role is a
@@ -294,6 +297,7 @@ def run_study(
         llm_table,
         paper,
         pooled,
+        semantic,
         table1,
         transfer,
     )
@@ -334,6 +338,7 @@ def run_study(
         llm=llm_table.llm_table(study),
         answers=answers.answers(study),
         abstention=abstention.abstention(study),
+        semantic=semantic.semantic(study, baselines),  # after every fit: it reads their picks only
         extra_metrics=study.extra,
     )
     results.timings_s = {**timings, "total": time.time() - t_start}

@@ -401,6 +401,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "random": ("chunksel.selectors.simple:RandomSelector", ""),
     "oracle": ("chunksel.selectors.simple:OracleSelector", ""),
     "bm25": ("chunksel.selectors.bm25:BM25Selector", "ltr"),
+    "maxsim": ("chunksel.selectors.maxsim:MaxSimSelector", "retrieval"),
     "ranksvm": ("chunksel.selectors.ltr:RankSVMSelector", "ltr"),
     "lambdamart": ("chunksel.selectors.ltr:LambdaMARTSelector", "ltr"),
     "knrm": ("chunksel.selectors.neural:KNRMSelector", "train"),

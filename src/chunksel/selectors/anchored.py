@@ -51,10 +51,10 @@ import torch
 
 from chunksel.errors import ConfigError, DataError
 from chunksel.nn.anchored import AnchoredEnsemble, AnchoredScorer
+from chunksel.nn.inputs import StandardScaler
 from chunksel.selectors.base import QuestionFeatures, Selector
 from chunksel.selectors.embedding_arrays import embedding_arrays
 from chunksel.training.anchored import AnchoredTrainConfig, train_anchored_ensemble
-from chunksel.training.trainer import StandardScaler
 from chunksel.types import Instance
 
 ANCHORED_BLOCKS = ("hs", "rw", "q", "chunk", "letor", "lambdamart")

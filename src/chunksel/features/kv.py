@@ -11,7 +11,7 @@ the longest common token prefix and generation continues from there
 (:func:`greedy_decode`, the one decoding loop): only the chunk(s) and the closing
 template tokens are prefilled. ``ChunkSelector.answer`` (and the server's ``/answer``)
 call :func:`generate_with_reuse`; the study's answer table calls the same prompt builder
-and loop through :class:`chunksel.llm.generation.Generator`, which adds its measurements
+and loop through :class:`chunksel.features.generation.Generator`, which adds its measurements
 and answer cache.
 """
 

@@ -114,7 +114,7 @@ def measure(sel, feats, test, calls, text_calls: int = 50) -> dict:
 
 
 def _measure(sel, feats, test, calls, text_calls: int) -> dict:
-    from chunksel.export.anchored import OnnxAnchored, _module, anchored_graph_bytes
+    from chunksel.export.anchored import OnnxAnchored, anchored_graph_bytes, graph_module
     from chunksel.selectors.letor import letor_features
     from chunksel.study.cost import cold_path, default_encoder, raw, text_path
     from chunksel.types import label_matrix
@@ -142,7 +142,7 @@ def _measure(sel, feats, test, calls, text_calls: int) -> dict:
 
     feeds = [sel.graph_inputs([i], feats) for i in test]
     names = [n for n in ("h", "r", "q", "e", "phi") if n in feeds[0]]
-    module = _module(sel)
+    module = graph_module(sel.export_state())
 
     @torch.inference_mode()
     def torch_graph(f):

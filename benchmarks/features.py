@@ -32,7 +32,7 @@ import torch
 
 from chunksel.config import data_root
 from chunksel.features.adapters import make_adapter
-from chunksel.features.extract import _pad_id, forward_with_features, pad_batch
+from chunksel.features.extract import forward_with_features, pad_batch, tokenizer_pad_id
 from chunksel.llm.models import load_generator
 from chunksel.llm.prompts import question_prompt_ids
 from chunksel.threads import set_threads
@@ -65,7 +65,7 @@ def measure(model, tok, questions: list[str], batch_size: int, progress: bool) -
     adapter = make_adapter(model)
     prompts = sorted((question_prompt_ids(tok, q) for q in questions), key=len)
     batches = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
-    pad = _pad_id(tok)
+    pad = tokenizer_pad_id(tok)
     kw = {"use_cache": False, "logits_to_keep": 1}
 
     def plain(batch):

@@ -90,10 +90,9 @@ def prototype_with_real_shapes(seed: int = 0):
     """A PrototypeSelector with the real layout and random (untrained) weights."""
     import torch
 
+    from chunksel.nn.inputs import FeatureLayout, StandardScaler
     from chunksel.nn.prototype import PrototypeMLP
     from chunksel.selectors.prototype import PrototypeSelector
-    from chunksel.training.budgets import FeatureLayout
-    from chunksel.training.trainer import StandardScaler
 
     torch.manual_seed(seed)
     sel = PrototypeSelector(blocks="hs+rw+chunk", k=LAYOUT["k"])

@@ -35,7 +35,7 @@ import numpy as np
 
 from chunksel.config import data_root
 from chunksel.data.corpus import Corpus
-from chunksel.llm.generation import reset_peak_rss
+from chunksel.features.generation import reset_peak_rss
 from chunksel.retrieval.embeddings import corpus_embeddings
 from chunksel.retrieval.encoder import Encoder
 from chunksel.retrieval.index import build_index, effective_nlist

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from chunksel.config import show_progress
-from chunksel.errors import DataError
+from chunksel.errors import DataError, require
 from chunksel.retrieval.index import Index, new_ivfpq
 
 
@@ -80,8 +80,6 @@ def build_ivfpq_from_shards(
     """
     from tqdm.auto import tqdm
 
-    from chunksel.retrieval.index import _faiss
-
     files = [Path(f) for f in files]
     if not files:
         raise DataError("no embedding shards to index")
@@ -96,7 +94,7 @@ def build_ivfpq_from_shards(
     if trained is not None:
         if trained.ntotal or not trained.is_trained or trained.d != d:
             raise DataError("`trained` must be a trained, empty IVF-PQ index of the shards' dimension")
-        index = _faiss().clone_index(trained)
+        index = require("faiss", "retrieval").clone_index(trained)
     else:
         index.train(gather_rows(files, train_rows if train_rows is not None else np.arange(n)))
     bar = tqdm(files, desc="indexing shards", unit="shard", disable=not show_progress(progress))

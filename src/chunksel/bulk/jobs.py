@@ -79,9 +79,10 @@ class JobReport:
                 "seconds": round(self.seconds, 3), "workers": self.workers}
 
 
-def _run(manifest: ShardManifest, worker_cls: type, worker_kwargs: dict[str, Any], workers: int,
-         address: str | None, progress: bool, fault: dict | None, max_retries: int,
-         cpus_per_worker: float) -> JobReport:
+def run_manifest(manifest: ShardManifest, worker_cls: type, worker_kwargs: dict[str, Any], workers: int,
+                 address: str | None, progress: bool, fault: dict | None, max_retries: int,
+                 cpus_per_worker: float) -> JobReport:
+    """Run the manifest's pending shards on ``workers`` actors of ``worker_cls``; the job's report."""
     pending = manifest.pending()
     report = JobReport(manifest.kind, manifest.folder, len(manifest), workers=workers,
                        already_done=len(manifest) - len(pending))
@@ -149,11 +150,13 @@ def wait_for_shards_in_flight(folder: Path, since: float, timeout: float = 600.0
         time.sleep(0.25)
 
 
-def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+def chunked(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    """``items`` cut into consecutive runs of at most ``size``."""
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def _check_common(workers: int, shard_size: int) -> None:
+def check_job_sizes(workers: int, shard_size: int) -> None:
+    """Refuse fewer than one worker or a shard size below one."""
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     if shard_size < 1:
@@ -196,7 +199,7 @@ def encode_corpus(
     from chunksel.retrieval.embeddings import SHARD_ROWS, corpus_key, embeddings_dir
 
     shard_rows = shard_rows or SHARD_ROWS
-    _check_common(workers, shard_rows)
+    check_job_sizes(workers, shard_rows)
     folder = embeddings_dir(corpus, encoder)
     folder.mkdir(parents=True, exist_ok=True)
     n = len(corpus)
@@ -233,8 +236,8 @@ def encode_corpus(
                                          keep=("lo", "hi"))
     kwargs = {"out": str(folder), "model_dir": str(encoder.model_dir), "device": encoder.device,
               "batch_size": encoder.batch_size, "max_seq_length": encoder.max_seq_length}
-    return _run(manifest, EncodeWorker, kwargs, workers, address, progress, fault, max_retries,
-                cpus_per_worker)
+    return run_manifest(manifest, EncodeWorker, kwargs, workers, address, progress, fault, max_retries,
+                        cpus_per_worker)
 
 
 def embedding_shard_files(corpus: Any, encoder: Any) -> list[Path]:
@@ -318,7 +321,7 @@ def extract_features(
     from chunksel.llm.models import load_tokenizer
     from chunksel.llm.prompts import MAX_PROMPT_TOKENS, prompt_hash, question_prompt, template_hash
 
-    _check_common(workers, shard_size)
+    check_job_sizes(workers, shard_size)
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     root = cache_root(cache)
@@ -339,7 +342,7 @@ def extract_features(
     plan = None
     if not (job / "manifest.json").is_file():
         todo = [q for q in by_id if q not in store or store.prompt_hash_of(q) != hashes[q]]
-        plan = [{"ids": list(g), "hashes": [hashes[q] for q in g]} for g in _chunks(todo, shard_size)]
+        plan = [{"ids": list(g), "hashes": [hashes[q] for q in g]} for g in chunked(todo, shard_size)]
     manifest = ShardManifest.open(job, "features", identity, plan=plan)
     prefix = f"j{key[:10]}"
     for s in manifest.pending():  # texts to input files; the driver keeps ids and hashes
@@ -349,12 +352,13 @@ def extract_features(
     kwargs = {"store": str(store.root), "prefix": prefix, "generator": str(gen_path),
               "cache": str(mroot), "batch_size": batch_size, "max_tokens": limit}
     try:
-        report = _run(manifest, FeatureWorker, kwargs, workers, address, progress, fault, max_retries,
-                      cpus_per_worker)
+        report = run_manifest(manifest, FeatureWorker, kwargs, workers, address, progress, fault, max_retries,
+                              cpus_per_worker)
     finally:
         for s in manifest.done():  # register finished shards, in plan order, even after a failure
             store.register(f"{prefix}-{shard_name(s)}", manifest.shards[s]["ids"], manifest.shards[s]["hashes"])
     return store, report
 
 
-__all__ = ["JobReport", "embedding_shard_files", "encode_corpus", "extract_features", "sharded_ivfpq"]
+__all__ = ["JobReport", "check_job_sizes", "chunked", "embedding_shard_files", "encode_corpus", "extract_features",
+           "run_manifest", "sharded_ivfpq"]

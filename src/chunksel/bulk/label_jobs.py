@@ -3,7 +3,7 @@
 
 Both plan shards over the questions (or pairs) the response cache lacks, stage each
 pending shard's prompts or texts in an input file (the driver keeps only the plan), run
-the shards on an actor pool (:func:`chunksel.bulk.jobs._run`), fold the workers' answers
+the shards on an actor pool (:func:`chunksel.bulk.jobs.run_manifest`), fold the workers' answers
 into the driver's response cache, and then run the ordinary single-process labeller,
 which finds every call cached:
 
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chunksel.bulk.jobs import JobReport, _check_common, _chunks, _run
+from chunksel.bulk.jobs import JobReport, check_job_sizes, chunked, run_manifest
 from chunksel.bulk.manifest import ShardManifest, read_done, shard_name, stage_input
 from chunksel.bulk.workers import ShardWorker
 from chunksel.config import cache_root, config_hash
@@ -120,7 +120,7 @@ def judge_instances(
     from chunksel.llm.cache import ResponseCache
     from chunksel.llm.cache import prompt_hash as llm_prompt_hash
 
-    _check_common(workers, shard_size)
+    check_job_sizes(workers, shard_size)
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     shard_size = -(-shard_size // batch_size) * batch_size
@@ -149,7 +149,7 @@ def judge_instances(
     job = root / "bulk" / "judge" / key
     plan = None
     if not (job / "manifest.json").is_file():
-        plan = [{"ids": list(g), "hashes": [hashes[i] for i in g]} for g in _chunks(misses, shard_size)]
+        plan = [{"ids": list(g), "hashes": [hashes[i] for i in g]} for g in chunked(misses, shard_size)]
     manifest = ShardManifest.open(job, "judge", identity, plan=plan)
     for s in manifest.pending():  # prompts to input files; the driver keeps ids and hashes
         shard = manifest.shards[s]
@@ -159,8 +159,8 @@ def judge_instances(
     wkw = {"backend": judge, "backend_kwargs": kwargs, "options": list(JUDGE_OPTIONS),
            "default": JUDGE_DEFAULT, "batch_size": batch_size}
     try:
-        report = _run(manifest, JudgeWorker, wkw, workers, address, progress, fault, max_retries,
-                      cpus_per_worker)
+        report = run_manifest(manifest, JudgeWorker, wkw, workers, address, progress, fault, max_retries,
+                              cpus_per_worker)
     finally:  # hand every finished shard to the response cache, even after a failure
         with ResponseCache.for_backend(names, task="choose", template=JUDGE_PROMPT, settings=settings,
                                        cache=root) as rc:
@@ -290,7 +290,7 @@ def utility_instances(
     """
     from chunksel.labels.utility import label_instances
 
-    _check_common(workers, shard_size)
+    check_job_sizes(workers, shard_size)
     root = cache_root(cache)
     kwargs, ns = _judge_identity(teacher, dict(teacher_kwargs or {}), root)
     read = read or ("logprobs" if ns["name"] == "local" else "text")
@@ -304,7 +304,7 @@ def utility_instances(
     job = root / "bulk" / "utility" / ShardManifest.job_key("utility", identity)
     plan = None
     if not (job / "manifest.json").is_file():
-        plan = [{"ids": list(g)} for g in _chunks(list(questions), shard_size)]
+        plan = [{"ids": list(g)} for g in chunked(list(questions), shard_size)]
     manifest = ShardManifest.open(job, "utility", identity, plan=plan)
     for s in manifest.pending():  # question texts to input files; the driver keeps the ids
         manifest.shards[s] = stage_input(job, s, {"ids": manifest.shards[s]["ids"],
@@ -313,8 +313,8 @@ def utility_instances(
     del questions
     wkw = {"backend": teacher, "backend_kwargs": kwargs, "settings": settings}
     try:
-        report = _run(manifest, UtilityWorker, wkw, workers, address, progress, fault, max_retries,
-                      cpus_per_worker)
+        report = run_manifest(manifest, UtilityWorker, wkw, workers, address, progress, fault, max_retries,
+                              cpus_per_worker)
     finally:  # every finished shard's calls into the driver's cache, even after a failure
         for s in manifest.done():
             info = read_done(job, s)

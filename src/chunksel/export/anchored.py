@@ -10,11 +10,15 @@ its blocks use), and returns the scores:
             all-zero rows at padded slots;
     (with ``anchor="lambdamart"`` the candidates of ``e`` and ``phi`` come in the internal
     LambdaMART's order; :class:`OnnxAnchored` maps the scores back with ``order``)
-    ``phi`` (n, K, F) float32: the raw interaction features
-            (:meth:`~chunksel.selectors.anchored.AnchoredPrototypeSelector.graph_inputs`:
-            the LETOR features, which need the corpus's BM25 statistics, and with the
-            ``lambdamart`` block the internal LambdaMART's scores, so they are computed
-            outside the graph).
+    ``phi`` (n, K, F) float32: the raw interaction features (the LETOR features, which
+            need the corpus's BM25 statistics, and with the ``lambdamart`` block the
+            internal LambdaMART's scores, so they are computed outside the graph).
+
+The selector is the one front door: its public
+:meth:`~chunksel.selectors.anchored.AnchoredPrototypeSelector.export_state` gives what the
+graph is built from (:class:`AnchoredState`: the scorer, the scalers' arrays, the
+dimensions) and :meth:`~chunksel.selectors.anchored.AnchoredPrototypeSelector.graph_inputs`
+the arrays fed to it; nothing here reads the selector's internals.
 
 Output ``scores`` (n, K): the anchored logits, ``-inf`` at padded slots. Inside the graph:
 unit-normalisation of ``q`` and ``e``, assembly of ``x``, both standard scalers, the
@@ -31,6 +35,7 @@ from __future__ import annotations
 import io
 import json
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,32 +47,77 @@ OPSET = 17
 EXPORT_FORMAT = 1
 
 
-def input_names(selector: Any) -> list[str]:
+@dataclass(frozen=True)
+class AnchoredState:
+    """What the exporter reads of a fitted anchored selector (its public export state,
+    :meth:`chunksel.selectors.anchored.AnchoredPrototypeSelector.export_state`).
+
+    Attributes:
+        model: the trained scorer (:class:`~chunksel.nn.anchored.AnchoredScorer` or
+            :class:`~chunksel.nn.anchored.AnchoredEnsemble`).
+        blocks: the selector's input blocks.
+        k: candidates per instance (K); emb_dim: the retriever embeddings' size.
+        h_dim, r_dim: the generator features' sizes (0 for a block not used).
+        x_mean, x_scale: the question-side input's scaler (None: no prototype term).
+        phi_mean, phi_scale: the interaction features' scaler (None: no interaction term).
+        anchor: the order the scorer is anchored on (``"retrieval"``, ``"lambdamart"``).
+        generator_id, encoder_id: recorded in the graph's metadata.
+    """
+
+    model: Any
+    blocks: tuple[str, ...]
+    k: int
+    emb_dim: int
+    h_dim: int
+    r_dim: int
+    x_mean: np.ndarray | None
+    x_scale: np.ndarray | None
+    phi_mean: np.ndarray | None
+    phi_scale: np.ndarray | None
+    anchor: str
+    generator_id: str
+    encoder_id: str
+
+
+def anchored_state(selector: Any) -> AnchoredState:
+    """``selector`` itself if it is an :class:`AnchoredState`, else the public export state
+    of a trained anchored selector."""
+    if isinstance(selector, AnchoredState):
+        return selector
+    if getattr(selector, "onnx_graph", None) != "anchored":
+        raise ConfigError("anchored_graph_bytes needs a trained anchored selector")
+    return selector.export_state()
+
+
+def input_names(state: AnchoredState) -> list[str]:
     """The graph's inputs for this selector's blocks, in order."""
-    names = [n for n, blk in (("h", "hs"), ("r", "rw")) if blk in selector.blocks]
+    names = [n for n, blk in (("h", "hs"), ("r", "rw")) if blk in state.blocks]
     names += ["q", "e"]
-    if getattr(selector, "phi_scaler_", None) is not None:  # any interaction block (letor, lambdamart)
+    if state.phi_mean is not None:  # any interaction block (letor, lambdamart)
         names.append("phi")
     return names
 
 
-def _module(selector: Any):
+def graph_module(state: AnchoredState):
+    """The torch module the graph is traced from (the inputs of :func:`input_names`)."""
     import torch
     from torch import nn
     from torch.nn import functional as F
 
+    def buffer(a: np.ndarray | None, default: np.ndarray):
+        return torch.as_tensor(default if a is None else a, dtype=torch.float32)
+
     class Graph(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.model = selector.model_
-            self.blocks = tuple(selector.blocks)
-            xs, ps = selector.x_scaler_, selector.phi_scaler_
-            self.register_buffer("x_mean", torch.as_tensor(xs.mean_ if xs else np.zeros(1), dtype=torch.float32))
-            self.register_buffer("x_scale", torch.as_tensor(xs.scale_ if xs else np.ones(1), dtype=torch.float32))
-            self.register_buffer("p_mean", torch.as_tensor(ps.mean_ if ps else np.zeros(1), dtype=torch.float32))
-            self.register_buffer("p_scale", torch.as_tensor(ps.scale_ if ps else np.ones(1), dtype=torch.float32))
-            self.has_x = xs is not None
-            self.has_phi = ps is not None
+            self.model = state.model
+            self.blocks = tuple(state.blocks)
+            self.register_buffer("x_mean", buffer(state.x_mean, np.zeros(1)))
+            self.register_buffer("x_scale", buffer(state.x_scale, np.ones(1)))
+            self.register_buffer("p_mean", buffer(state.phi_mean, np.zeros(1)))
+            self.register_buffer("p_scale", buffer(state.phi_scale, np.ones(1)))
+            self.has_x = state.x_mean is not None
+            self.has_phi = state.phi_mean is not None
 
         def forward(self, *inputs):
             it = iter(inputs)
@@ -94,13 +144,13 @@ def _module(selector: Any):
     return Graph().eval()
 
 
-def _example(selector: Any, n: int = 2):
+def _example(state: AnchoredState, n: int = 2):
     import torch
 
-    lay = {"h": selector.h_dim_, "r": selector.r_dim_}
-    k, d = selector.k, selector.emb_dim_
+    lay = {"h": state.h_dim, "r": state.r_dim}
+    k, d = state.k, state.emb_dim
     out = []
-    for name in input_names(selector):
+    for name in input_names(state):
         if name in lay:
             out.append(torch.randn(n, lay[name]))
         elif name == "q":
@@ -108,25 +158,23 @@ def _example(selector: Any, n: int = 2):
         elif name == "e":
             out.append(torch.randn(n, k, d))
         else:
-            out.append(torch.randn(n, k, selector.phi_scaler_.mean_.shape[0]))
+            out.append(torch.randn(n, k, state.phi_mean.shape[0]))
     return tuple(out)
 
 
 def anchored_graph_bytes(selector: Any, quantize: str = "fp32") -> bytes:
-    """The serialised ONNX graph of a fitted anchored selector."""
+    """The serialised ONNX graph of a fitted anchored selector (or its :class:`AnchoredState`)."""
     import torch
 
-    if getattr(selector, "onnx_graph", None) != "anchored":
-        raise ConfigError("anchored_graph_bytes needs a trained anchored selector")
-    selector._check_fitted()
+    state = anchored_state(selector)
     if quantize not in ("fp32", "int8"):
         raise ConfigError(f"quantize must be 'fp32' or 'int8', got {quantize!r}")
-    names = input_names(selector)
+    names = input_names(state)
     dyn = {n: {0: "n"} for n in names}
     dyn["scores"] = {0: "n"}
     buf = io.BytesIO()
     with torch.no_grad():
-        torch.onnx.export(_module(selector), _example(selector), buf, dynamo=False, input_names=names,
+        torch.onnx.export(graph_module(state), _example(state), buf, dynamo=False, input_names=names,
                           output_names=["scores"], dynamic_axes=dyn, opset_version=OPSET)
     import onnx
 
@@ -135,12 +183,12 @@ def anchored_graph_bytes(selector: Any, quantize: str = "fp32") -> bytes:
         "chunksel.selector": "anchored",
         "chunksel.format": str(EXPORT_FORMAT),
         "chunksel.inputs": json.dumps(names),
-        "chunksel.blocks": json.dumps(list(selector.blocks)),
-        "chunksel.k": str(selector.k),
-        "chunksel.anchor": selector._anchor(),
+        "chunksel.blocks": json.dumps(list(state.blocks)),
+        "chunksel.k": str(state.k),
+        "chunksel.anchor": state.anchor,
         "chunksel.quantize": quantize,
-        "chunksel.generator_id": selector.generator_id,
-        "chunksel.encoder_id": selector.encoder_id,
+        "chunksel.generator_id": state.generator_id,
+        "chunksel.encoder_id": state.encoder_id,
     }
     for key, value in meta.items():
         p = model.metadata_props.add()
@@ -215,39 +263,17 @@ class OnnxAnchored:
         return out
 
 
-def graph_inputs(selector: Any, batch: Any, features: Any = None) -> dict[str, np.ndarray]:
-    """The graph's inputs for ``batch``: ``h``, ``r`` as the store gives them, unit ``q`` and
-    ``e`` (zeros at padding) and the raw interaction features ``phi``; the graph scales them
-    itself. With ``anchor="lambdamart"`` the candidates come in the internal LambdaMART's
-    order and ``order`` (each position's input index) maps the graph's scores back."""
-    batch = list(batch)
-    blocks = selector.blocks
-    if ("hs" in blocks or "rw" in blocks) and features is None:
-        raise DataError("the anchored selector's graph needs generator features (h, r)")
-    arr = selector._arrays(batch, features, labels=False)
-    out: dict[str, np.ndarray] = {"q": arr["q"], "e": arr["e"]}
-    if "hs" in blocks or "rw" in blocks:
-        got = features.lookup([i.id for i in batch])
-        if "hs" in blocks:
-            out["h"] = np.asarray(got["h"], dtype=np.float32)
-        if "rw" in blocks:
-            out["r"] = np.asarray(got["r"], dtype=np.float32)
-    if selector._has_phi:
-        out["phi"] = arr["phi"]
-    if arr["order"] is not None:
-        out["order"] = arr["order"]
-    return out
-
-
 #: per selector: (the weights its sessions were built from, {thread count: OnnxAnchored})
 _SESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def onnx_scores(selector: Any, batch: Any, features: Any = None) -> np.ndarray:
+def onnx_scores(selector: Any, inputs: dict[str, np.ndarray]) -> np.ndarray:
     """A fitted anchored selector's scores from its fp32 graph in ONNX Runtime (its
-    ``engine="onnxruntime"``): the graph is exported in memory once per fit or load and
-    run in a session for the current thread budget (:func:`~chunksel.threads.thread_budget`:
-    one thread in a cost measurement)."""
+    ``engine="onnxruntime"``), given the graph's ``inputs`` (the selector's
+    :meth:`~chunksel.selectors.anchored.AnchoredPrototypeSelector.graph_inputs`): the graph
+    is exported in memory once per fit or load (from the selector's public export state)
+    and run in a session for the current thread budget
+    (:func:`~chunksel.threads.thread_budget`: one thread in a cost measurement)."""
     from chunksel.errors import require
     from chunksel.threads import thread_budget
 
@@ -262,4 +288,4 @@ def onnx_scores(selector: Any, batch: Any, features: Any = None) -> np.ndarray:
         graph = runners.get("graph") or anchored_graph_bytes(selector, "fp32")
         runners["graph"] = graph
         runners[threads] = OnnxAnchored(graph, threads=threads)
-    return runners[threads].scores(**graph_inputs(selector, batch, features))
+    return runners[threads].scores(**inputs)

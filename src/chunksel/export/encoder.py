@@ -103,13 +103,28 @@ def _traced_module(model_dir: Path) -> Any:
     return MeanPooled(bert)
 
 
-def export_encoder(model: str | Path | None = None, out: str | Path | None = None,
+def reference_embeddings(model_dir: Path, texts: list[str], max_seq_length: int) -> np.ndarray:
+    """sentence-transformers' float32, L2-normalised embeddings of ``texts`` by the model
+    in ``model_dir`` on the CPU (what an export is checked against)."""
+    st = require("sentence_transformers", "retrieval")
+    model = st.SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+    model.max_seq_length = max_seq_length
+    emb = model.encode(texts, batch_size=64, show_progress_bar=False, convert_to_numpy=True,
+                       normalize_embeddings=True)
+    return np.ascontiguousarray(emb, dtype=np.float32)
+
+
+def export_encoder(model_dir: str | Path, out: str | Path, model_id: str,
                    quantize: tuple[str, ...] = QUANTIZE, max_seq_length: int = 256) -> Path:
-    """Export the encoder as ONNX (fp32 and/or int8) into ``out``; returns the folder.
+    """Export the encoder in ``model_dir`` as ONNX (fp32 and/or int8) into ``out``; returns
+    the folder.
 
     Args:
-        model: a local sentence-transformers directory (default: the packaged MiniLM).
-        out: the folder (default :func:`default_dir` of the model's id).
+        model_dir: a local sentence-transformers directory
+            (:class:`~chunksel.retrieval.onnx_encoder.OnnxEncoder` passes its model's).
+        out: the folder (the engine's own is :func:`default_dir` of the model's id).
+        model_id: the model's id, recorded in ``meta.json`` (the engine checks it:
+            :attr:`~chunksel.retrieval.encoder.Encoder.model_id`).
         quantize: which graphs to write (``"fp32"``, ``"int8"``).
         max_seq_length: tokens kept per text (as :class:`~chunksel.retrieval.encoder.Encoder`).
 
@@ -117,20 +132,17 @@ def export_encoder(model: str | Path | None = None, out: str | Path | None = Non
         DataError: a graph's probe embeddings are not finite or fall below
             :data:`MIN_COSINE` against sentence-transformers (nothing is written).
     """
-    from chunksel.retrieval.encoder import Encoder
-
     torch = require("torch", "retrieval")
     require("onnx", "export")
     require("onnxruntime", "export")
     for q in quantize:
         if q not in QUANTIZE:
             raise DataError(f"quantize must be among {QUANTIZE}, got {q!r}")
-    st = Encoder(model, max_seq_length=max_seq_length)
-    out = Path(out) if out is not None else default_dir(st.model_id)
+    model_dir, out = Path(model_dir), Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out.parent))
     try:
-        module = _traced_module(st.model_dir)
+        module = _traced_module(model_dir)
         ids = torch.tensor([[101, 2040, 2626, 102, 0, 0], [101, 7592, 2003, 1037, 3231, 102]])
         mask = (ids != 0).long()
         fp32 = staging / graph_file("fp32")
@@ -139,10 +151,10 @@ def export_encoder(model: str | Path | None = None, out: str | Path | None = Non
                               output_names=["embedding"], opset_version=OPSET, dynamo=False,
                               dynamic_axes={"input_ids": {0: "batch", 1: "tokens"},
                                             "attention_mask": {0: "batch", 1: "tokens"}, "embedding": {0: "batch"}})
-        shutil.copy(st.model_dir / "tokenizer.json", staging / "tokenizer.json")
+        shutil.copy(model_dir / "tokenizer.json", staging / "tokenizer.json")
         int8 = (quantize_int8(fp32, staging / graph_file("int8"), staging / "tokenizer.json", max_seq_length)
                 if "int8" in quantize else None)
-        want = st.encode(list(PROBES), progress=False)
+        want = reference_embeddings(model_dir, list(PROBES), max_seq_length)
         cosines: dict[str, list[float]] = {}
         for q in quantize:
             got = _run_graph(staging / graph_file(q), staging / "tokenizer.json", list(PROBES), max_seq_length)
@@ -157,7 +169,7 @@ def export_encoder(model: str | Path | None = None, out: str | Path | None = Non
         if "fp32" not in quantize:
             fp32.unlink()
         files = [graph_file(q) for q in quantize] + ["tokenizer.json"]
-        meta = {"model_id": st.model_id, "dim": int(want.shape[1]), "max_seq_length": max_seq_length,
+        meta = {"model_id": model_id, "dim": int(want.shape[1]), "max_seq_length": max_seq_length,
                 "opset": OPSET, "quantize": list(quantize), "int8": int8, "probe_cosines": cosines,
                 "sha256": {f: _sha256(staging / f) for f in files}}
         (staging / "meta.json").write_text(json.dumps(meta, indent=2))

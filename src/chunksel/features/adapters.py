@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from chunksel.errors import ConfigError
-from chunksel.features.capture import ExpertAdapter, _Capture, _decoder_layers  # noqa: F401
+from chunksel.features.capture import ExpertAdapter, decoder_layers
 
 MOE_TYPES = ("olmoe", "qwen2_moe", "qwen3_moe", "mixtral")
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -71,7 +71,7 @@ class MoEAdapter(ExpertAdapter):
         self.blocks: list[nn.Module] = []
         self.layers = []
         layouts = set()
-        for i, layer in enumerate(_decoder_layers(model)):
+        for i, layer in enumerate(decoder_layers(model)):
             mlp = moe_block(layer)
             if mlp is None:
                 raise ConfigError(f"decoder layer {i} of {type(model).__name__} has no MLP module")

@@ -1,7 +1,7 @@
 """What the expert adapters share: the per-pass capture state and the adapter base class.
 
 :class:`ExpertAdapter` registers one hook per contributing layer for a forward pass and
-fills the routing-weighted expert responses of Eq. 2 into a :class:`_Capture`; the MoE
+fills the routing-weighted expert responses of Eq. 2 into a :class:`Capture`; the MoE
 layouts (:mod:`.adapters`) and the dense-as-MoE view (:mod:`.dense`) implement it.
 """
 
@@ -18,7 +18,7 @@ from torch import nn
 from chunksel.errors import ConfigError
 
 
-class _Capture:
+class Capture:
     """Per-pass state shared by the hooks: which tokens are real and where scores go."""
 
     def __init__(self, mask: torch.Tensor, n_layers: int, n_experts: int) -> None:
@@ -85,19 +85,19 @@ class ExpertAdapter(ABC):
 
     @abstractmethod
     def _scores(self, slot: int, module: nn.Module, args: tuple, output: Any,
-                cap: _Capture) -> torch.Tensor | None:
+                cap: Capture) -> torch.Tensor | None:
         """``p * ||g_j(u)||`` of shape ``(T_real, E)`` for layer ``layers[slot]``, or
         ``None`` when the adapter has stored the layer's means itself."""
 
     @contextmanager
-    def capture(self, mask: torch.Tensor) -> Iterator[_Capture]:
+    def capture(self, mask: torch.Tensor) -> Iterator[Capture]:
         """Register the hooks for one forward pass; ``mask`` (B, S) marks the positions
         Eq. 2 averages over (the question's tokens; at most the attention mask's).
 
         Yields the capture whose ``r`` ``(B, L, E)`` is filled during the pass. The hooks
         never modify inputs or outputs and are always removed, also on exceptions.
         """
-        cap = _Capture(mask.to(torch.bool), len(self.layers), self.n_experts)
+        cap = Capture(mask.to(torch.bool), len(self.layers), self.n_experts)
         handles = []
         try:
             for slot, (module, kind) in enumerate(self._hook_targets()):
@@ -107,7 +107,7 @@ class ExpertAdapter(ABC):
             for h in handles:
                 h.remove()
 
-    def _register(self, module: nn.Module, kind: str, slot: int, cap: _Capture):
+    def _register(self, module: nn.Module, kind: str, slot: int, cap: Capture):
         if kind == "pre":
             def pre_hook(mod, args):
                 scores = self._scores(slot, mod, args, None, cap)
@@ -122,7 +122,8 @@ class ExpertAdapter(ABC):
         return module.register_forward_hook(hook)
 
 
-def _decoder_layers(model: nn.Module) -> nn.ModuleList:
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder layers of a causal LM (``model.model.layers``)."""
     base = getattr(model, "model", None) or getattr(model, "base_model", None)
     layers = getattr(base, "layers", None)
     if not isinstance(layers, nn.ModuleList):

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from chunksel.errors import ConfigError
-from chunksel.features.capture import ExpertAdapter, _Capture, _decoder_layers
+from chunksel.features.capture import Capture, ExpertAdapter, decoder_layers
 
 
 class DenseAdapter(ExpertAdapter):
@@ -42,7 +42,7 @@ class DenseAdapter(ExpertAdapter):
         if n_groups < 1:
             raise ConfigError(f"n_groups must be >= 1, got {n_groups}")
         self.mlps: list[nn.Module] = []
-        for i, layer in enumerate(_decoder_layers(model)):
+        for i, layer in enumerate(decoder_layers(model)):
             mlp = getattr(layer, "mlp", None)
             if mlp is None or not all(
                 isinstance(getattr(mlp, n, None), nn.Linear)
@@ -109,7 +109,7 @@ class DenseAdapter(ExpertAdapter):
         return torch.linalg.vector_norm(torch.bmm(ag, self.factor(slot)), dim=-1).T
 
     def _scores(self, slot: int, module: nn.Module, args: tuple, output: object,
-                cap: _Capture) -> None:
+                cap: Capture) -> None:
         # router_probs(a) * group_norms(slot, a) with few kernels, over all B*S positions
         # (padded ones get weight 0 in the means; cheaper than gathering the real rows)
         a = args[0]

@@ -70,7 +70,8 @@ def span_mask(
     return out
 
 
-def _pad_id(tokenizer: Any) -> int:
+def tokenizer_pad_id(tokenizer: Any) -> int:
+    """The id that pads a batch: the pad token, else end of sequence, else unknown, else 0."""
     for name in ("pad_token_id", "eos_token_id", "unk_token_id"):
         value = getattr(tokenizer, name, None)
         if value is not None:
@@ -175,7 +176,7 @@ def extract_features(
     extra = {"use_cache": False}
     if _supports(model, "logits_to_keep"):
         extra["logits_to_keep"] = 1
-    pad_id = _pad_id(tokenizer)
+    pad_id = tokenizer_pad_id(tokenizer)
     starts = range(0, len(order), batch_size)
     bar = tqdm(starts, desc="generator features", unit="batch", disable=not show_progress(progress))
     with torch.inference_mode():

@@ -11,7 +11,7 @@ the longest common token prefix and generation continues from there
 (:func:`greedy_decode`, the one decoding loop): only the chunk(s) and the closing
 template tokens are prefilled. ``ChunkSelector.answer`` (and the server's ``/answer``)
 call :func:`generate_with_reuse`; the study's answer table calls the same prompt builder
-and loop through :class:`chunksel.llm.generation.Generator`, which adds its measurements
+and loop through :class:`chunksel.features.generation.Generator`, which adds its measurements
 and answer cache.
 """
 
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from chunksel.features.adapters import ExpertAdapter, make_adapter
-from chunksel.features.extract import _pad_id, forward_with_features
+from chunksel.features.extract import forward_with_features, tokenizer_pad_id
 from chunksel.llm.prompts import (
     MAX_PROMPT_TOKENS,
     generation_prompt_ids,
@@ -109,7 +109,7 @@ def warm_up(
     prompt = question_prompt(tokenizer, question, max_tokens)
     ids = prompt.ids
     with torch.inference_mode():  # r over the question's tokens, as the feature store has it
-        h, r, out = forward_with_features(model, adapter, [ids], _pad_id(tokenizer),
+        h, r, out = forward_with_features(model, adapter, [ids], tokenizer_pad_id(tokenizer),
                                           spans=[prompt.span], use_cache=True)
     return WarmUp(ids=ids, cache=getattr(out, _cache_name()), h=h[0].cpu().numpy(),
                   r=r[0].cpu().numpy(), next_logits=out.logits[0, -1].float().cpu().numpy())

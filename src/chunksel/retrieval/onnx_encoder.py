@@ -117,7 +117,7 @@ class OnnxEncoder:
             with open(folder.parent / f".{folder.name}.lock", "w") as lock:  # one exporter (server workers)
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 if not self._exported(meta_file):
-                    export_encoder(self.model_dir, folder, max_seq_length=self.max_seq_length)
+                    export_encoder(self.model_dir, folder, self.model_id, max_seq_length=self.max_seq_length)
         meta = json.loads(meta_file.read_text())
         if meta.get("model_id") != self.model_id or meta.get("max_seq_length") != self.max_seq_length:
             raise DataError(f"{folder}: exported from {meta.get('model_id')!r} (L{meta.get('max_seq_length')}), "

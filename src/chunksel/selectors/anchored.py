@@ -51,10 +51,11 @@ import torch
 
 from chunksel.errors import ConfigError, DataError
 from chunksel.nn.anchored import AnchoredEnsemble, AnchoredScorer
+from chunksel.nn.inputs import StandardScaler
+from chunksel.selectors.anchored_ltr import interaction_features, letor_block, ltr_scores
 from chunksel.selectors.base import QuestionFeatures, Selector
 from chunksel.selectors.embedding_arrays import embedding_arrays
 from chunksel.training.anchored import AnchoredTrainConfig, train_anchored_ensemble
-from chunksel.training.trainer import StandardScaler
 from chunksel.types import Instance
 
 ANCHORED_BLOCKS = ("hs", "rw", "q", "chunk", "letor", "lambdamart")
@@ -233,45 +234,21 @@ class AnchoredPrototypeSelector(Selector):
 
     def _letor(self, batch: Sequence[Instance]) -> np.ndarray:
         """(B, K, 12) LETOR features (0 at padding)."""
-        from chunksel.selectors.letor import FEATURE_NAMES, letor_features
-
-        lf, _ = letor_features(batch, self.corpus, self.k1, self.b)
-        out = np.zeros((len(batch), self.k, len(FEATURE_NAMES)), dtype=np.float64)
-        out[:, : min(lf.shape[1], self.k)] = lf[:, : self.k]
-        return out
+        return letor_block(batch, self.corpus, self.k1, self.b, self.k)
 
     def _ltr_scores(self, lf: np.ndarray, m: np.ndarray) -> np.ndarray:
         """(B, K) scores of the internal LambdaMART (0 at padding)."""
-        out = np.zeros(m.shape, dtype=np.float64)
-        if m.any():
-            out[m] = self.ltr_.predict(lf[m], num_threads=1)  # a few rows: thread start-up would dominate
-        return out
-
-    def _phi(self, batch: Sequence[Instance], q: np.ndarray, e: np.ndarray, m: np.ndarray,
-             ltr: np.ndarray | None = None, lf: np.ndarray | None = None) -> np.ndarray:
-        """(B, K, F) interaction features (0 at padding); ``ltr`` overrides the internal
-        LambdaMART's scores (the cross-fitted ones of the training split), ``lf`` gives the
-        batch's LETOR features when they are already computed."""
-        lf = self._letor(batch) if lf is None else lf
-        cols = []
-        if "letor" in self.blocks:
-            cos = np.einsum("bd,bkd->bk", q, e)
-            best = np.where(m, cos, -np.inf).max(axis=1, keepdims=True)
-            cols += [lf, cos[:, :, None], np.where(m, cos - best, 0.0)[:, :, None]]
-        if "lambdamart" in self.blocks:
-            cols.append((self._ltr_scores(lf, m) if ltr is None else ltr)[:, :, None])
-        raw = np.concatenate(cols, axis=2) * m[:, :, None]
-        n = np.maximum(m.sum(axis=1, keepdims=True), 1)[:, :, None]
-        mean = raw.sum(axis=1, keepdims=True) / n
-        centred = (raw - mean) * m[:, :, None]
-        return (np.concatenate([raw, centred], axis=2) * m[:, :, None]).astype(np.float32)
+        return ltr_scores(self.ltr_, lf, m)
 
     def _fit_ltr(self, train: Sequence[Instance], val: Sequence[Instance] | None) -> np.ndarray:
         """Train the internal LambdaMART into ``self.ltr_``; the training split's cross-fitted
         scores (:func:`~chunksel.selectors.anchored_ltr.fit_internal_lambdamart`)."""
         from chunksel.selectors.anchored_ltr import fit_internal_lambdamart
 
-        return fit_internal_lambdamart(self, train, val)
+        self.ltr_, scores = fit_internal_lambdamart(
+            train, val, lambda batch: (self._letor(batch), self._embeddings(batch)[2]),
+            label=self.label, k=self.k, seed=self.seed, folds=self.ltr_folds)
+        return scores
 
     def _x(self, batch: Sequence[Instance], features: QuestionFeatures | None, q: np.ndarray,
            e: np.ndarray) -> np.ndarray | None:
@@ -303,10 +280,39 @@ class AnchoredPrototypeSelector(Selector):
                 int(got["r"].shape[1]) if "rw" in self.blocks else 0)
 
     def graph_inputs(self, batch: Sequence[Instance], features: QuestionFeatures | None = None) -> dict[str, np.ndarray]:
-        """The exported ONNX graph's inputs for ``batch`` (:func:`chunksel.export.anchored.graph_inputs`)."""
-        from chunksel.export.anchored import graph_inputs
+        """The exported ONNX graph's inputs for ``batch`` (:mod:`chunksel.export.anchored`):
+        ``h``, ``r`` as the store gives them, unit ``q`` and ``e`` (zeros at padding) and the
+        raw interaction features ``phi``; the graph scales them itself. With
+        ``anchor="lambdamart"`` the candidates come in the internal LambdaMART's order and
+        ``order`` (each position's input index) maps the graph's scores back."""
+        batch = list(batch)
+        warm = "hs" in self.blocks or "rw" in self.blocks
+        if warm and features is None:
+            raise DataError("the anchored selector's graph needs generator features (h, r)")
+        arr = self._arrays(batch, features, labels=False)
+        out: dict[str, np.ndarray] = {"q": arr["q"], "e": arr["e"]}
+        if warm:
+            got = features.lookup([i.id for i in batch])
+            out.update({key: np.asarray(got[key], dtype=np.float32)
+                        for blk, key in (("hs", "h"), ("rw", "r")) if blk in self.blocks})
+        if self._has_phi:
+            out["phi"] = arr["phi"]
+        if arr["order"] is not None:
+            out["order"] = arr["order"]
+        return out
 
-        return graph_inputs(self, batch, features)
+    def export_state(self):
+        """The public state an exporter reads (:class:`chunksel.export.anchored.AnchoredState`)."""
+        from chunksel.export.anchored import AnchoredState
+
+        self._check_fitted()
+        xs, ps = self.x_scaler_, self.phi_scaler_
+        return AnchoredState(
+            model=self.model_, blocks=tuple(self.blocks), k=self.k, emb_dim=self.emb_dim_, h_dim=self.h_dim_,
+            r_dim=self.r_dim_, x_mean=None if xs is None else xs.mean_, x_scale=None if xs is None else xs.scale_,
+            phi_mean=None if ps is None else ps.mean_, phi_scale=None if ps is None else ps.scale_,
+            anchor=self._anchor(), generator_id=self.generator_id, encoder_id=self.encoder_id,
+        )
 
     def _arrays(self, batch: Sequence[Instance], features: QuestionFeatures | None,
                 labels: bool, ltr: np.ndarray | None = None) -> dict[str, np.ndarray | None]:
@@ -319,7 +325,7 @@ class AnchoredPrototypeSelector(Selector):
             lf = self._letor(batch)
             if "lambdamart" in self.blocks and ltr is None:
                 ltr = self._ltr_scores(lf, m)
-            phi = self._phi(batch, q, e, m, ltr, lf)
+            phi = interaction_features(self.blocks, q, e, m, lf, ltr)
         y = None
         if labels:
             y = np.zeros((len(batch), self.k), dtype=np.int8)
@@ -410,7 +416,7 @@ class AnchoredPrototypeSelector(Selector):
         if self.engine == "onnxruntime":
             from chunksel.export.anchored import onnx_scores
 
-            return onnx_scores(self, batch, features)[:, : min(k, self.k)]
+            return onnx_scores(self, self.graph_inputs(batch, features))[:, : min(k, self.k)]
         arr = self._scale(self._arrays(batch, features, labels=False))
 
         def t(a):

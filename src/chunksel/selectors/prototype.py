@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from chunksel.errors import ConfigError, DataError
+from chunksel.nn.inputs import BLOCKS, FeatureLayout, StandardScaler
 from chunksel.nn.prototype import PrototypeMLP
 from chunksel.selectors.base import QuestionFeatures, Selector
 from chunksel.selectors.checkpoint import check_safetensors_header, load_state_dict_checked
@@ -43,8 +44,8 @@ from chunksel.selectors.prototype_arrays import (
     split_input,
 )
 from chunksel.selectors.prototype_engines import build_engine, check_engine
-from chunksel.training.budgets import BLOCKS, FeatureLayout, budget_mask, gradient_importance
-from chunksel.training.trainer import StandardScaler, TrainConfig, train_prototype, usable
+from chunksel.training.budgets import budget_mask, gradient_importance
+from chunksel.training.trainer import TrainConfig, train_prototype, usable
 from chunksel.types import Instance, Selection
 
 _DEFAULTS = TrainConfig()

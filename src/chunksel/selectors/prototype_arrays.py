@@ -1,7 +1,7 @@
 """The paper prototype's input arrays: feature blocks, candidate embeddings, generator
 features and the checks on their dimensions, shared by the selector
 (:mod:`chunksel.selectors.prototype`), its feature budgets
-(:mod:`chunksel.training.budgets`'s :class:`~chunksel.training.budgets.FeatureLayout`)
+(the :class:`~chunksel.nn.inputs.FeatureLayout` of :mod:`chunksel.training.budgets`)
 and its ONNX export (which reads the same layout).
 
 ``x = [h ; r ; E]``: ``h`` and ``r`` from the generator's question-only warm-up pass,
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from chunksel.errors import ConfigError, DataError
+from chunksel.nn.inputs import BLOCKS, FeatureLayout
 from chunksel.selectors.base import QuestionFeatures
-from chunksel.training.budgets import BLOCKS, FeatureLayout
 from chunksel.types import Instance
 
 

@@ -21,84 +21,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
 import numpy as np
 import torch
 
 from chunksel.errors import ConfigError
+from chunksel.nn.inputs import FeatureLayout
 from chunksel.nn.prototype import cosine_scores
 from chunksel.training.losses import multi_positive_contrastive
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
-
-BLOCKS = ("hs", "rw", "chunk")
-
-
-@dataclass(frozen=True)
-class FeatureLayout:
-    """Layout of the selector input ``x = [h ; r ; E]`` restricted to ``blocks``.
-
-    Attributes:
-        d_h: hidden-state size (576 for SmolLM2-135M, 2048 for OLMoE-1B-7B).
-        d_r: routing-score size (layers x experts: 30 x 64 = 1920 for SmolLM2-135M).
-        k: candidates per instance (K).
-        d_e: chunk-embedding size (384 for all-MiniLM-L6-v2).
-        blocks: the kept blocks, in the fixed order ("hs", "rw", "chunk").
-    """
-
-    d_h: int
-    d_r: int
-    k: int
-    d_e: int
-    blocks: tuple[str, ...] = BLOCKS
-
-    def __post_init__(self) -> None:
-        blocks = tuple(b for b in BLOCKS if b in self.blocks)
-        bad = sorted(set(self.blocks) - set(BLOCKS))
-        if bad or not blocks:
-            raise ConfigError(
-                f"blocks must be a non-empty subset of {', '.join(BLOCKS)}; got {list(self.blocks)}"
-            )
-        object.__setattr__(self, "blocks", blocks)
-
-    @property
-    def sizes(self) -> dict[str, int]:
-        full = {"hs": self.d_h, "rw": self.d_r, "chunk": self.k * self.d_e}
-        return {b: full[b] for b in self.blocks}
-
-    @property
-    def dim(self) -> int:
-        """D, the full input size (4992 in the paper, 4416 for SmolLM2-135M with K=5)."""
-        return sum(self.sizes.values())
-
-    def slices(self) -> dict[str, slice]:
-        out, start = {}, 0
-        for b, n in self.sizes.items():
-            out[b] = slice(start, start + n)
-            start += n
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"d_h": self.d_h, "d_r": self.d_r, "k": self.k, "d_e": self.d_e, "blocks": list(self.blocks)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> FeatureLayout:
-        return cls(int(d["d_h"]), int(d["d_r"]), int(d["k"]), int(d["d_e"]), tuple(d["blocks"]))
-
-    def assemble(self, h: np.ndarray | None, r: np.ndarray | None, e: np.ndarray) -> np.ndarray:
-        """(B, D) float32 ``[h ; r ; vec(E)]`` with only the kept blocks."""
-        parts = []
-        if "hs" in self.blocks:
-            parts.append(np.asarray(h, dtype=np.float32))
-        if "rw" in self.blocks:
-            parts.append(np.asarray(r, dtype=np.float32))
-        if "chunk" in self.blocks:
-            e = np.asarray(e, dtype=np.float32)
-            parts.append(e.reshape(e.shape[0], -1))
-        return np.concatenate(parts, axis=1) if len(parts) > 1 else np.ascontiguousarray(parts[0])
 
 
 def gradient_importance(

@@ -4,7 +4,7 @@ Inputs are the selector input ``X`` (N, D) (already masked to the kept feature
 blocks / budget dims), the candidates' embeddings ``E`` (N, K, d), 0/1 ``labels``
 (N, K) and the real-candidate ``mask`` (N, K). The recipe:
 
-- standard scaling of ``X`` fitted on the training split (:class:`StandardScaler`,
+- standard scaling of ``X`` fitted on the training split (:class:`~chunksel.nn.inputs.StandardScaler`,
   saved with the model);
 - instances with no positive or no negative among their real candidates are left out
   of training and validation (Sec. 3.3), and counted in the :class:`TrainSummary`;
@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from chunksel.config import show_progress
 from chunksel.errors import DataError
+from chunksel.nn.inputs import StandardScaler
 from chunksel.nn.prototype import PrototypeMLP, cosine_scores
 from chunksel.training.early_stopping import EarlyStopping
 from chunksel.training.losses import multi_positive_contrastive
@@ -75,30 +76,6 @@ class TrainSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-class StandardScaler:
-    """Per-dimension ``(x - mean) / std`` fitted on the training split (std 0 -> 1)."""
-
-    def __init__(self, mean: np.ndarray | None = None, scale: np.ndarray | None = None) -> None:
-        self.mean_ = None if mean is None else np.asarray(mean, dtype=np.float32)
-        self.scale_ = None if scale is None else np.asarray(scale, dtype=np.float32)
-
-    def fit(self, x: np.ndarray) -> StandardScaler:
-        x = np.asarray(x, dtype=np.float64)
-        self.mean_ = x.mean(axis=0).astype(np.float32)
-        std = x.std(axis=0)
-        self.scale_ = np.where(std > 1e-12, std, 1.0).astype(np.float32)
-        return self
-
-    def transform(self, x: np.ndarray) -> np.ndarray:
-        if self.mean_ is None or self.scale_ is None:
-            raise RuntimeError("StandardScaler is not fitted")
-        return ((np.asarray(x, dtype=np.float32) - self.mean_) / self.scale_).astype(np.float32)
-
-    def subset(self, keep: np.ndarray) -> StandardScaler:
-        """The scaler restricted to the dims where ``keep`` is True."""
-        return StandardScaler(self.mean_[keep], self.scale_[keep])
 
 
 def usable(labels: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,4 +1,5 @@
-"""The package's import graph: no cycles, and no arrow from a lower layer to a higher one.
+"""The package's import graph: no cycles, no arrow from a lower layer to a higher one, and
+no two packages that import each other.
 
 Every ``import`` / ``from ... import`` of a ``chunksel`` module counts, also those inside
 functions (a lazy import still ties the two modules together). Layers, lowest first; a
@@ -10,6 +11,13 @@ module may import its own layer or a lower one:
 ``export`` (every ONNX graph) sits right above ``nn``, not beside ``pipeline``: the
 prototype selector's ``onnxruntime`` engine runs the exported graph. ``study`` (the
 benchmark study) is above everything it measures; ``cli`` is on top.
+
+Packages of one layer may import each other, but one way only: two packages where each
+imports the other somewhere (a two-way tie, lazy imports included) fail, even when the
+module graph has no cycle. Today's arrows inside the layer above ``nn``: ``features`` ->
+``llm`` (the prompts; answer generation lives in ``features/generation.py``, beside the
+decoding loop it drives) and ``retrieval`` -> ``export`` (``export_encoder`` takes a model
+folder, not the retriever's encoder).
 """
 
 from __future__ import annotations
@@ -29,6 +37,13 @@ LAYERS: list[set[str]] = [
     {"study"},
     {"cli", "__main__"},
 ]
+
+#: module imports left out of the two-way-tie check, each with why; an entry goes once its
+#: import does (a stale entry fails the test)
+TIE_EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("chunksel.llm.generation", "chunksel.features.generation"):
+        "a re-export for chunksel.study.answer_table, in a module being changed elsewhere; to be closed next",
+}
 
 
 def _module_name(path: Path) -> str:
@@ -135,3 +150,42 @@ def test_the_checker_sees_lazy_imports(tmp_path):
     src = tmp_path / "m.py"
     src.write_text("def f():\n    from chunksel.study.run import run_bench\n    return run_bench\n")
     assert _imports(src, "chunksel.types", {"chunksel.study.run", "chunksel.types"}) == {"chunksel.study.run"}
+
+
+def _package(module: str) -> str:
+    return module.split(".")[1] if "." in module else "__init__"
+
+
+def _ties(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]:
+    """Package pairs ``(a, b)``, ``a < b``, where each imports the other: the imports behind
+    both directions. ``chunksel`` itself and :data:`TIE_EXCEPTIONS` do not count."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for module, deps in graph.items():
+        for dep in deps:
+            a, b = _package(module), _package(dep)
+            if dep != "chunksel" and a != b and (module, dep) not in TIE_EXCEPTIONS:
+                edges.setdefault((a, b), []).append(f"{module} -> {dep}")
+    return {(a, b): sorted(why + edges[(b, a)]) for (a, b), why in edges.items() if a < b and (b, a) in edges}
+
+
+def test_no_two_way_ties_between_packages():
+    ties = _ties(_graph())
+    assert not ties, "packages importing each other: " + "; ".join(
+        f"{a} <-> {b} ({', '.join(why)})" for (a, b), why in sorted(ties.items()))
+
+
+def test_the_tie_exceptions_are_current():
+    graph = _graph()
+    stale = [f"{m} -> {d}" for m, d in TIE_EXCEPTIONS if d not in graph.get(m, set())]
+    assert not stale, f"drop these from TIE_EXCEPTIONS (the import is gone): {stale}"
+
+
+def test_the_checker_sees_a_two_way_tie():
+    """A lazy import each way between two packages of one layer, no module cycle: refused."""
+    graph = {"chunksel.llm.a": {"chunksel.features.b"}, "chunksel.features.b": set(),
+             "chunksel.features.c": {"chunksel.llm.d"}, "chunksel.llm.d": {"chunksel.types"}, "chunksel.types": set()}
+    assert not _cycles(graph)
+    assert _ties(graph) == {("features", "llm"): ["chunksel.features.c -> chunksel.llm.d",
+                                                  "chunksel.llm.a -> chunksel.features.b"]}
+    del graph["chunksel.features.c"]
+    assert _ties(graph) == {}

@@ -68,8 +68,8 @@ def test_one_generation_path_for_the_answer_table_and_chunk_selector(tok):
     (stripped, joined by a blank line) and for none (the warm-up prompt itself)."""
     from types import SimpleNamespace
 
+    from chunksel.features.generation import Generator
     from chunksel.features.kv import answer_prompt_ids
-    from chunksel.llm.generation import Generator
 
     model = tiny_llama()
     question = "Who wrote Hamlet?"

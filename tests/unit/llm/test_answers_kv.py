@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from chunksel.llm.generation import Generator
+from chunksel.features.generation import Generator
 
 pytestmark = pytest.mark.model
 

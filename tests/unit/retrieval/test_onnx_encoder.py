@@ -25,8 +25,10 @@ from chunksel.errors import DataError  # noqa: E402
 @pytest.fixture(scope="module")
 def export_dir(tmp_path_factory):
     from chunksel.export.encoder import export_encoder
+    from chunksel.retrieval.encoder import Encoder
 
-    return export_encoder(out=tmp_path_factory.mktemp("onnx-enc") / "minilm")
+    minilm = Encoder()
+    return export_encoder(minilm.model_dir, tmp_path_factory.mktemp("onnx-enc") / "minilm", minilm.model_id)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +94,7 @@ def test_nan_weights_are_refused_at_export(tmp_path):
     weights[name] = np.full_like(weights[name], np.nan)
     save_file(weights, str(broken / "model.safetensors"))
     with pytest.raises(DataError, match="NaN"):
-        export_encoder(broken, tmp_path / "out", quantize=("fp32",))
+        export_encoder(broken, tmp_path / "out", "broken", quantize=("fp32",))
     assert not (tmp_path / "out").exists()
 
 

@@ -6,11 +6,11 @@ import torch
 
 from chunksel.errors import ConfigError
 from chunksel.eval.metrics import rank1_accuracy as _rank1
+from chunksel.nn.inputs import FeatureLayout
 from chunksel.nn.prototype import PrototypeMLP, cosine_scores
 from chunksel.selectors.prototype import PrototypeSelector
 from chunksel.study.budgets import run_budgets
 from chunksel.training.budgets import (
-    FeatureLayout,
     budget_mask,
     budget_units,
     gradient_importance,

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from chunksel.errors import DataError
-from chunksel.training.trainer import StandardScaler, TrainConfig, train_prototype, usable
+from chunksel.nn.inputs import StandardScaler
+from chunksel.training.trainer import TrainConfig, train_prototype, usable
 
 TINY = dict(hidden=32, depth=2, batch_size=32, max_epochs=8, patience=3, lr=3e-3, progress=False)
 

@@ -67,7 +67,7 @@ class JudgeRow:
                    d.get("reason"), d.get("text", ""))
 
 
-def _apply(cand: Candidate, row: JudgeRow, key: str, judge: str, plain: bool, source: str = SOURCE) -> None:
+def apply_row(cand: Candidate, row: JudgeRow, key: str, judge: str, plain: bool, source: str = SOURCE) -> None:
     cand.labels[f"{source}@{key}"] = row.label
     if not plain:
         return
@@ -207,7 +207,7 @@ def attach_sidecar_labels(
         for r in read_sidecar(path):
             cand = index.get((r.question_id, r.candidate_id))
             if cand is not None:
-                _apply(cand, r, key, name, plain=key == plain, source=source)
+                apply_row(cand, r, key, name, plain=key == plain, source=source)
     return [k for k in keys if k != plain] + [plain]
 
 

@@ -45,7 +45,7 @@ from chunksel.data.label_sidecars import (  # noqa: F401  (the judge's sidecar f
     LABELS_DIR,
     SOURCE,
     JudgeRow,
-    _apply,
+    apply_row,
     attach_sidecar_labels,
     labels_dir,
     merge_sidecar,
@@ -186,7 +186,7 @@ def label_instances(
             parsed=bool(choice.parsed), reason=choice.reason, text=choice.text,
         )
         rows.append(row)
-        _apply(cand, row, key, judge, plain=True)
+        apply_row(cand, row, key, judge, plain=True)
     return JudgeResult(judge=judge, key=key, rows=rows, stats=mapped.stats.to_dict(),
                        failures=list(mapped.failures), cache_path=mapped.cache_path,
                        seconds=time.perf_counter() - t0)

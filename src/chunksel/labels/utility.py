@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chunksel.data.label_sidecars import JudgeRow, _apply, labels_dir, merge_sidecar
+from chunksel.data.label_sidecars import JudgeRow, apply_row, labels_dir, merge_sidecar
 from chunksel.labels.judge import judge_key
 from chunksel.llm.listwise import UTILITY_TEMPLATE, ListwiseLLM, ListwiseRun
 from chunksel.types import Instance
@@ -118,7 +118,7 @@ def label_instances(
             else:
                 row = JudgeRow(inst.id, cand.id, int(j in chosen), None, parsed=True)
             rows.append(row)
-            _apply(cand, row, key, teacher, plain=True, source=UTILITY_SOURCE)
+            apply_row(cand, row, key, teacher, plain=True, source=UTILITY_SOURCE)
     return UtilityLabels(teacher, key, rows, runs, time.perf_counter() - t0)
 
 

@@ -253,14 +253,14 @@ class PrototypeSelector(Selector):
             model=self.model_, tau=self.tau, generator_id=self.generator_id, encoder_id=self.encoder_id,
         )
 
-    def _adopt(self, full: PrototypeSelector) -> None:
+    def adopt(self, full: PrototypeSelector) -> None:
         """Take over a fitted full model's learned state (the 100% budget point)."""
         for attr in ("layout_", "scaler_", "model_", "feature_mask_", "importance_", "summary_"):
             setattr(self, attr, getattr(full, attr))
         self._infer = None
         self.fitted_ = True
 
-    def _fit_from_full(
+    def fit_from_full(
         self,
         full: PrototypeSelector,
         train: Sequence[Instance],

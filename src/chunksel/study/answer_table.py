@@ -21,10 +21,10 @@ given), one user turn. The answer is scored against every reference alias:
   pattern finds anywhere in it (``re.search``), 0 when none does; ``acc`` is 1 when a
   pattern is found anywhere.
 
-Generation goes through :class:`chunksel.llm.generation.Generator` (KV reuse from the
+Generation goes through :class:`chunksel.features.generation.Generator` (KV reuse from the
 question's warm-up pass, TTFT and peak memory per answer); the KV-reuse saving is measured
 on the same pairs: the TTFT of a fresh prefill of the whole generation prompt, no cache,
-against the TTFT with reuse. Answers are cached (:class:`~chunksel.llm.generation.AnswerCache`):
+against the TTFT with reuse. Answers are cached (:class:`~chunksel.features.generation.AnswerCache`):
 a (question, chunk ids) pair is generated once, so selectors that pick the same chunk
 share the answer; a record whose prompt tokens changed is recomputed.
 """
@@ -40,8 +40,8 @@ import numpy as np
 
 from chunksel.config import show_progress
 from chunksel.errors import DataError
+from chunksel.features.generation import Answer, AnswerCache, Generator, ids_hash  # noqa: F401
 from chunksel.labels.answers import answer_accuracy, exact_match, normalize_answer, token_f1  # noqa: F401
-from chunksel.llm.generation import Answer, AnswerCache, Generator, _ids_hash  # noqa: F401
 from chunksel.types import Instance
 
 #: the reference conditions :func:`answer_table` adds beside the selectors' picks
@@ -203,7 +203,7 @@ def answer_table(
             inst = instances[i]
             chunks = [inst.candidates[j].text for j in pick]
             rec = store.get(k)
-            if rec is not None and rec.get("prompt") == _ids_hash(gen.prompt_ids(inst.question.text, chunks)):
+            if rec is not None and rec.get("prompt") == ids_hash(gen.prompt_ids(inst.question.text, chunks)):
                 hits += 1
             else:
                 measure = noreuse_pairs is None or timed < noreuse_pairs

@@ -46,10 +46,10 @@ def run_budgets(
     for pct in budgets:
         if float(pct) >= 100:
             sel = PrototypeSelector(budget=100, **settings)
-            sel._adopt(full)
+            sel.adopt(full)
         else:
             sel = PrototypeSelector(budget=pct, **settings)
-            sel._fit_from_full(full, train, features, val)
+            sel.fit_from_full(full, train, features, val)
         out.append(BudgetResult(float(pct), int(sel.feature_mask_.sum()), sel))
     return out
 

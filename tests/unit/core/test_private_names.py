@@ -21,19 +21,11 @@ from pathlib import Path
 import chunksel
 
 ROOT = Path(chunksel.__file__).resolve().parent
-BEING_CHANGED = "in a module being changed elsewhere; to be closed next"
 
 #: (importing module, imported name) -> why
-PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
-    ("chunksel.labels.judge", "chunksel.data.label_sidecars._apply"): BEING_CHANGED,
-    ("chunksel.labels.utility", "chunksel.data.label_sidecars._apply"): BEING_CHANGED,
-    ("chunksel.study.answer_table", "chunksel.llm.generation._ids_hash"): BEING_CHANGED,
-}
+PRIVATE_IMPORTS: dict[tuple[str, str], str] = {}
 #: (module, member) -> why
-REACH_INS: dict[tuple[str, str], str] = {
-    ("chunksel.study.budgets", "_adopt"): BEING_CHANGED,
-    ("chunksel.study.budgets", "_fit_from_full"): BEING_CHANGED,
-}
+REACH_INS: dict[tuple[str, str], str] = {}
 
 
 def _private(name: str) -> bool:

@@ -9,10 +9,10 @@ from chunksel.errors import DataError
 from chunksel.study.answer_table import (
     Answer,
     Generator,
-    _ids_hash,
     answer_accuracy,
     answer_table,
     exact_match,
+    ids_hash,
     normalize_answer,
     reference_picks,
     token_f1,
@@ -73,7 +73,7 @@ class FakeGenerator(Generator):
         return Answer(text=text, tokens_out=2, prompt_tokens=10 * len(ids), prefill_tokens=10 * len(ids) - 5,
                       ttft_ms=1.0 + len(chunks), ttft_ms_noreuse=2.0 + 2 * len(chunks) if measure_noreuse else None,
                       first_token_agrees=True if measure_noreuse else None, peak_rss_mb=0.5, seconds=0.01,
-                      prompt=_ids_hash(ids))
+                      prompt=ids_hash(ids))
 
 
 def test_reference_picks_and_oracle_fallback():

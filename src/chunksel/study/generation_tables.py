@@ -38,19 +38,20 @@ def format_answers(results: Results) -> str:
         conds = table.get("conditions") or {}
         if not conds:
             continue
-        header = ["Context", "EM", "F1", "F1 (answerable)", "Prefill tokens", "TTFT ms", "Peak RSS MiB"]
+        # no peak-RSS column: a generation reuses memory the warm-up already made resident, so its
+        # growth reads 0.0 for every answer and says nothing (results.json keeps the measurement)
+        header = ["Context", "EM", "F1", "F1 (answerable)", "Prefill tokens", "TTFT ms"]
         rows = []
         for name, c in conds.items():
             ans = c.get("answerable") or {}
             rows.append([
                 answer_condition_label(name), _pct_interval(c.get("em")), _pct_interval(c.get("f1")),
                 _pct_interval(ans.get("f1")), fmt(c.get("prefill_tokens"), 1), fmt(c.get("ttft_ms"), 1),
-                fmt(c.get("peak_rss_mb"), 1),
             ])
         n_ans = next((c["answerable"]["questions"] for c in conds.values() if c.get("answerable")), 0)
         head = (f"**{dataset_label(d)}** ({table.get('questions')} test questions, {n_ans} with a positive "
                 f"candidate; {table.get('generator')}, greedy, at most {table.get('max_new_tokens')} new tokens)")
-        text = head + "\n\n" + md_table(header, rows, ["l"] + ["r"] * 6)
+        text = head + "\n\n" + md_table(header, rows, ["l"] + ["r"] * 5)
         idk = _format_idk(table.get("abstention") or {}, conds)
         if idk:
             text += "\n\n" + idk

@@ -180,8 +180,8 @@ def render_markdown(results: Results, plots: Mapping[str, str] | None = None) ->
             "question's warm-up KV cache; EM and token F1 (SQuAD normalisation, best alias), "
             "in %, with 95% bootstrap intervals over questions; F1 (answerable): the questions "
             "with at least one positive candidate, where the pick can matter. A selector's "
-            "row uses its Table 1 fit (first seed). Prefill tokens, time to first token and "
-            "peak RSS growth are means per answer.",
+            "row uses its Table 1 fit (first seed). Prefill tokens and time to first token are "
+            "means per answer.",
             ["answers"],
         ),
         (

@@ -20,6 +20,8 @@ from chunksel.selectors.crossencoder import rank1  # noqa: E402
 pytestmark = pytest.mark.model
 
 SMALL = dict(layers=1, max_length=32, batch_size=4, progress=False)
+#: the checkpoint tests count the steps of the listwise recipe over every candidate
+LISTWISE = dict(SMALL, loss="listwise", negatives=None, max_questions=None)
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +104,8 @@ def test_recipe_trims_to_positives_and_top_negatives(toy_instances_module):
         labels = orig.labels()
         first_neg = next(c.id for c, y in zip(orig.candidates, labels, strict=True) if not y)
         assert [c.id for c in got.candidates] == [orig.candidates[int(np.argmax(labels))].id, first_neg]
-    a = make_selector("crossencoder", max_questions=5, seed=3, **SMALL)._training_sets(insts)
-    b = make_selector("crossencoder", max_questions=5, seed=3, **SMALL)._training_sets(insts)
+    a = make_selector("crossencoder", max_questions=5, seed=3, negatives=None, **SMALL)._training_sets(insts)
+    b = make_selector("crossencoder", max_questions=5, seed=3, negatives=None, **SMALL)._training_sets(insts)
     assert [i.id for i in a] == [i.id for i in b] and len(a) == 5
     assert all(len(i.candidates) == len(next(o for o in insts if o.id == i.id).candidates) for i in a)
     with pytest.raises(ConfigError, match="negatives"):
@@ -136,7 +138,8 @@ def test_study_trains_one_pooled_model_per_seed_and_keeps_it(tmp_path, monkeypat
 
     monkeypatch.setattr(CrossEncoderSelector, "fit", recording_fit)
     prof = Profile("tiny", limit=15, seeds=(0,), budgets=(), ablation_seeds=(), latency_queries=2,
-                   overrides={"crossencoder": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4}})
+                   overrides={"crossencoder": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4,
+                                                  "loss": "listwise", "negatives": None, "max_questions": None}})
     out = run_study(data, ["retrieval", "crossencoder"], prof, None, tmp_path / "a", progress=False, reuse=True)
     res = json.loads((out / "results.json").read_text())
     assert len(fits) == 1
@@ -319,17 +322,17 @@ def test_interrupted_fit_resumes_to_the_uninterrupted_weights(toy_instances_modu
     monkeypatch.setattr(ce, "CHECKPOINT_STEPS", 2)
     train = [i for i in toy_instances_module if i.split == "train"]
     val = [i for i in toy_instances_module if i.split == "val"]
-    whole = make_selector("crossencoder", epochs=2, **SMALL).fit(train, val=val)
+    whole = make_selector("crossencoder", epochs=2, **LISTWISE).fit(train, val=val)
     folder = tmp_path / "ckpt"
     with monkeypatch.context() as m:
         _kill_at_step(m, 6)  # 4 steps an epoch: killed in the second, after the first's record
         with pytest.raises(_Killed):
-            make_selector("crossencoder", epochs=2, **SMALL).fit(train, val=val, checkpoint_dir=folder)
+            make_selector("crossencoder", epochs=2, **LISTWISE).fit(train, val=val, checkpoint_dir=folder)
     assert (folder / "checkpoint-4" / "trainer_state.json").is_file()
     assert json.loads((folder / "chunksel-epochs.json").read_text())["history"][0]["epoch"] == 1
     with monkeypatch.context() as m:
         steps = _kill_at_step(m)
-        resumed = make_selector("crossencoder", epochs=2, **SMALL).fit(train, val=val, checkpoint_dir=folder)
+        resumed = make_selector("crossencoder", epochs=2, **LISTWISE).fit(train, val=val, checkpoint_dir=folder)
     assert steps["n"] == 4  # the second epoch only: the first was read from checkpoint-4
     assert resumed.history_ == whole.history_ and resumed.best_epoch_ == whole.best_epoch_
     np.testing.assert_allclose(resumed.score(toy_instances_module), whole.score(toy_instances_module),
@@ -342,15 +345,15 @@ def test_torn_newest_checkpoint_falls_back_to_the_one_before(toy_instances_modul
 
     monkeypatch.setattr(ce, "CHECKPOINT_STEPS", 2)
     train = [i for i in toy_instances_module if i.split == "train"]
-    whole = make_selector("crossencoder", epochs=2, **SMALL).fit(train)
+    whole = make_selector("crossencoder", epochs=2, **LISTWISE).fit(train)
     folder = tmp_path / "ckpt"
     with monkeypatch.context() as m:
         _kill_at_step(m, 7)  # 8 steps in all: checkpoints 4 and 6 kept
         with pytest.raises(_Killed):
-            make_selector("crossencoder", epochs=2, **SMALL).fit(train, checkpoint_dir=folder)
+            make_selector("crossencoder", epochs=2, **LISTWISE).fit(train, checkpoint_dir=folder)
     assert sorted(p.name for p in folder.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-6"]
     (folder / "checkpoint-6" / "trainer_state.json").write_text('{"global_st')  # killed while saving
-    sel = make_selector("crossencoder", epochs=2, **SMALL)
+    sel = make_selector("crossencoder", epochs=2, **LISTWISE)
     assert ce.FitCheckpoints(folder, sel, sel._dataset(train)).latest() == str(folder / "checkpoint-4")
     with monkeypatch.context() as m:
         steps = _kill_at_step(m)
@@ -398,7 +401,8 @@ def test_study_resumes_an_interrupted_pooled_training(tmp_path, monkeypatch):
         for inst in insts:
             inst.question.id = f"{ds}:{inst.question.id}"
     prof = Profile("tiny", limit=15, seeds=(0,), budgets=(), ablation_seeds=(), latency_queries=2,
-                   overrides={"crossencoder": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4}})
+                   overrides={"crossencoder": {"layers": 1, "epochs": 1, "max_length": 32, "batch_size": 4,
+                                                  "loss": "listwise", "negatives": None, "max_questions": None}})
     with monkeypatch.context() as m:
         _kill_at_step(m, 4)
         with pytest.raises(_Killed):
@@ -412,3 +416,13 @@ def test_study_resumes_an_interrupted_pooled_training(tmp_path, monkeypatch):
     assert not partial[0].exists()
     assert (partial[0].with_name(partial[0].name.removesuffix(".partial")) / "config.json").is_file()
     assert json.loads((out / "results.json").read_text())["table1"]["crossencoder"]["pooled"] is True
+
+
+def test_the_defaults_are_the_validated_recipe_the_profiles_train():
+    """A cross-encoder built without settings trains the full and large profiles' recipe
+    (pointwise, positives + 2 top-ranked negatives, one epoch), not the listwise one that
+    stayed below retrieval order on validation."""
+    from chunksel.study.profiles import CE_FULL
+
+    params = make_selector("crossencoder").get_params()
+    assert {k: params[k] for k in CE_FULL if k != "engine"} == {k: v for k, v in CE_FULL.items() if k != "engine"}

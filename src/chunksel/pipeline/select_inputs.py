@@ -55,6 +55,11 @@ def as_list(arg: Any, b: int, what: str) -> list[Any]:
     return arg
 
 
+def _at(i: int, b: int) -> str:
+    """Which question a message is about, in a batch of ``b``."""
+    return f"question #{i}: " if b > 1 else ""
+
+
 def check_questions(questions: Any) -> list[str]:
     if isinstance(questions, str):
         raise field_error("questions", "questions must be a list of strings, got one string (use select())")
@@ -70,7 +75,8 @@ def check_chunks(chunks_l: list[Any], emb_l: list[Any], scores_l: list[Any], tit
     """Check each question's chunks and the caller's arrays (``emb_l`` is normalised in
     place); returns the chunk texts."""
     texts: list[list[str]] = []
-    for i in range(len(chunks_l)):
+    b = len(chunks_l)
+    for i in range(b):
         emb = emb_l[i]
         if emb is not None:
             try:
@@ -85,6 +91,10 @@ def check_chunks(chunks_l: list[Any], emb_l: list[Any], scores_l: list[Any], tit
                                   f"selector reads {dim}-dimensional embeddings: expected ({emb.shape[0]}, {dim})")
             if not np.isfinite(emb).all():
                 raise field_error("chunk_embeddings", "chunk_embeddings contain NaN or infinite values")
+            zero = np.flatnonzero(~emb.any(axis=1))
+            if zero.size:
+                raise field_error("chunk_embeddings", f"{_at(i, b)}chunk_embeddings[{zero[0]}] is all zeros (a "
+                                  "zero vector has no direction to compare): pass the chunk's real embedding")
             emb_l[i] = unit(emb)
         ch = chunks_l[i]
         if isinstance(ch, (str, bytes)):
@@ -99,8 +109,12 @@ def check_chunks(chunks_l: list[Any], emb_l: list[Any], scores_l: list[Any], tit
         ch = list(ch)
         if not ch:
             raise field_error("chunks", "no candidate chunks given")
-        if not all(isinstance(t, str) for t in ch):
-            raise field_error("chunks", "every chunk must be a string")
+        for j, t in enumerate(ch):
+            if not isinstance(t, str):
+                raise field_error("chunks", f"{_at(i, b)}chunks[{j}] must be a string, got {type(t).__name__}")
+            if not t.strip():
+                raise field_error("chunks", f"{_at(i, b)}chunks[{j}] is empty" + (" (only whitespace)" if t else "")
+                                  + ": drop it, or pass the chunk's text")
         if emb is not None and emb.shape[0] != len(ch):
             raise field_error("chunk_embeddings", f"{len(ch)} chunks but {emb.shape[0]} embeddings in chunk_embeddings")
         for field, arr in (("chunk_scores", scores_l[i]), ("titles", title_l[i])):
@@ -142,6 +156,9 @@ def check_question_embeddings(qemb_l: list[Any], emb_l: list[Any], dim: int | No
                               f"embeddings are {want}-dimensional: expected ({want},)")
         if not np.isfinite(arr).all():
             raise field_error("question_embedding", "question_embedding contains NaN or infinite values")
+        if not arr.any():
+            raise field_error("question_embedding", f"{_at(i, len(qemb_l))}question_embedding is all zeros (a zero "
+                              "vector has no direction to compare): pass the question's real embedding")
         qemb_l[i] = unit(arr)
 
 

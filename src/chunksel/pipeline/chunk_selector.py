@@ -40,6 +40,7 @@ from chunksel.pipeline.select_inputs import (
     check_questions,
     fill_embeddings,
     given_features,
+    load_or_make,
     make_cache,
     trained_dim,
 )
@@ -140,7 +141,9 @@ class ChunkSelector:
         engine: str | None = None,
         embedding_cache: Any = True,
     ) -> ChunkSelector:
-        """Load any saved selector (checksums verified) and check its provenance.
+        """Load any saved selector (checksums verified) and check its provenance; ``path``
+        may also be the registered name of a selector that needs no training
+        (``"retrieval"``, ``"random"``, ``"bm25"`` with ``corpus=``).
 
         ``quantize`` / ``engine`` override the inference settings of a prototype selector.
         ``encoder`` may be an encoder object or an engine name: ``"torch"``
@@ -149,17 +152,7 @@ class ChunkSelector:
         The encoder is checked against the saved encoder id here (without loading it);
         the generator when it loads.
         """
-        from chunksel.selectors import get_selector_class
-        from chunksel.selectors.base import read_config
-
-        name = read_config(path)["name"]
-        cls_ = get_selector_class(name)
-        if quantize is not None or engine is not None:
-            if name != "prototype":
-                raise ConfigError(f"quantize= and engine= apply to a prototype selector, not {name!r}")
-            sel = cls_.load(path, quantize=quantize, engine=engine)
-        else:
-            sel = cls_.load(path)
+        sel, path = load_or_make(path, quantize, engine)
         if isinstance(encoder, str):  # an engine name: "torch", "onnx", "onnx-int8"
             from chunksel.retrieval.onnx_encoder import make_encoder
 

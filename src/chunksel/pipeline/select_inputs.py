@@ -268,3 +268,46 @@ def given_features(f: Any) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(f["h"], dtype=np.float32).reshape(-1), np.asarray(f["r"], dtype=np.float32).reshape(-1)
     except (KeyError, TypeError, ValueError):
         raise DataError('features must be {"h": array, "r": array}') from None
+
+
+#: selectors that need no training but cannot choose chunks for a new question
+_NOT_APPLICATION = {"oracle": "it reads the gold labels, which a new question does not have"}
+
+
+def load_or_make(path: str | Path, quantize: str | None = None, engine: str | None = None) -> tuple[Any, Any]:
+    """``ChunkSelector.load``'s selector: a saved selector directory (checksums verified),
+    or the registered name of one that needs no training; returns (selector, the
+    directory or None).
+
+    Raises:
+        ConfigError: a registered name that must be trained first (the message says
+            how), ``quantize=`` / ``engine=`` on anything but a saved prototype.
+        DataError: neither a saved selector directory nor a registered name.
+    """
+    from chunksel.selectors import REGISTRY, get_selector_class, make_selector
+    from chunksel.selectors.base import read_config
+
+    name = str(path)
+    if name in REGISTRY and not Path(path).expanduser().exists():
+        if quantize is not None or engine is not None:
+            raise ConfigError(f"quantize= and engine= apply to a saved prototype selector, not {name!r}")
+        if name in _NOT_APPLICATION:
+            raise ConfigError(f"selector {name!r} cannot select chunks for new questions: {_NOT_APPLICATION[name]}")
+        sel = make_selector(name, **({"progress": False} if name == "bm25" else {}))
+        if not sel.is_fitted():
+            raise ConfigError(f"selector {name!r} must be trained first: chunksel train --selector {name} "
+                              "--out DIR, then ChunkSelector.load(DIR)")
+        return sel, None
+    try:
+        name = read_config(path)["name"]
+    except DataError as err:
+        if any(ch in str(path) for ch in "/\\") or str(path).startswith((".", "~")):
+            raise
+        raise DataError(f"{err}; nor is {str(path)!r} a registered selector (known: "
+                        f"{', '.join(sorted(REGISTRY))})") from None
+    cls_ = get_selector_class(name)
+    if quantize is not None or engine is not None:
+        if name != "prototype":
+            raise ConfigError(f"quantize= and engine= apply to a prototype selector, not {name!r}")
+        return cls_.load(path, quantize=quantize, engine=engine), path
+    return cls_.load(path), path

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from chunksel.config import quiet_loading
 from chunksel.errors import ConfigError, DataError, UnscoredChunksWarning
 from chunksel.pipeline.select_inputs import (
     as_list,
@@ -152,7 +153,8 @@ class ChunkSelector:
         The encoder is checked against the saved encoder id here (without loading it);
         the generator when it loads.
         """
-        sel, path = load_or_make(path, quantize, engine)
+        with quiet_loading():  # a library call: no "Loading weights" bars
+            sel, path = load_or_make(path, quantize, engine)
         if isinstance(encoder, str):  # an engine name: "torch", "onnx", "onnx-int8"
             from chunksel.retrieval.onnx_encoder import make_encoder
 
@@ -196,7 +198,8 @@ class ChunkSelector:
             if self._generator is None:
                 from chunksel.llm.models import load_generator
 
-                loaded = load_generator(self._generator_path)
+                with quiet_loading():
+                    loaded = load_generator(self._generator_path)
                 self._check_generator(loaded[2])
                 self._generator = loaded
         return self._generator

@@ -51,6 +51,7 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
     app = FastAPI(title="chunksel", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(AdmitFirst, gate=gate, metrics=metrics)
     app.state.metrics = metrics
+    app.state.gate = gate  # the server's protocol admits on it too (serve_boot.make_server)
     app.state.settings = s
 
     async def body_json(request: Request) -> Any:
@@ -83,12 +84,17 @@ def create_app(cs: Any, settings: ServeSettings | None = None) -> Any:
             raise ApiError(401, "unauthorised", "a valid X-API-Key header is required")
 
     async def handle(request: Request, endpoint: str, work) -> Any:
-        t0 = request.scope.get("state", {}).get(T0_KEY) or time.perf_counter()  # admitted at arrival
+        admitted = request.scope.get("state", {}).get(T0_KEY)  # admitted at arrival: it has a deadline
+        t0 = admitted or time.perf_counter()
         status = 200
         try:
             authorise(request)
             body, timings = await work(t0)
             timings["request"] = (time.perf_counter() - t0) * 1e3
+            if admitted and timings["request"] > s.timeout_s * 1e3:
+                # finished, but past its deadline (a starved event loop wakes late): never a late answer
+                metrics.drop("deadline_after_work")
+                raise gate.timeout()
             metrics.observe(timings)
             if isinstance(body, dict) and isinstance(body.get("timings_ms"), dict):
                 body["timings_ms"]["queue"] = round(timings.get("queue", 0.0), 3)

@@ -1,9 +1,17 @@
 """The server's admission gate (``chunksel serve``): bounded concurrency, a bounded wait
 queue, admission control and the request deadline.
 
-Admission runs before a request's body is read (:class:`AdmitFirst`, a bare ASGI layer
-before routing, authentication or the body); an admitted request leaves the gate when
-its answer is sent.
+Admission runs before a request's body is read, at two depths:
+
+- :func:`gated_protocol`: uvicorn's httptools protocol with the check moved into its
+  headers-complete callback. A request refused there is answered 503 on the spot, from
+  the request line and headers alone: no ASGI task, no request scope handed to the app,
+  and the body's bytes are parsed past and dropped, never buffered. The connection stays
+  open for the client's next request.
+- :class:`AdmitFirst`: the same check as a bare ASGI layer, for any other server (the
+  test client, h11): before routing, authentication or the body.
+
+Either way an admitted request leaves the gate when its answer is sent.
 """
 
 from __future__ import annotations
@@ -155,7 +163,9 @@ class AdmitFirst:
     """Admission as a bare ASGI layer in front of the app: a request to a working endpoint
     passes :meth:`Gate.admit` as it arrives, before routing, authentication or its body,
     so a 503 under overload costs little more than parsing its headers; an admitted one
-    leaves the gate when its answer is sent."""
+    leaves the gate when its answer is sent. Under ``chunksel serve`` the server's
+    protocol (:func:`gated_protocol`) admits the request earlier still, before any ASGI
+    task exists; this layer then only sees the admitted ones, and lets them leave."""
 
     def __init__(self, app: Any, gate: Gate, metrics: Metrics) -> None:
         self.app, self.gate, self.metrics = app, gate, metrics
@@ -164,16 +174,18 @@ class AdmitFirst:
         if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in ADMITTED_PATHS:
             await self.app(scope, receive, send)
             return
-        t0 = time.perf_counter()
-        try:
-            self.gate.admit(t0)
-        except ApiError as err:
-            body, headers = busy_response(err)
-            await send({"type": "http.response.start", "status": err.status, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            self.metrics.count(scope["path"], err.status)
-            return
-        scope.setdefault("state", {})[T0_KEY] = t0
+        state = scope.setdefault("state", {})
+        if T0_KEY not in state:  # not admitted by the server's protocol (GatedHttpToolsProtocol)
+            t0 = time.perf_counter()
+            try:
+                self.gate.admit(t0)
+            except ApiError as err:
+                body, headers = busy_response(err)
+                await send({"type": "http.response.start", "status": err.status, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                self.metrics.count(scope["path"], err.status)
+                return
+            state[T0_KEY] = t0
         try:
             await self.app(scope, receive, send)
         finally:
@@ -186,3 +198,69 @@ def busy_response(err: ApiError) -> tuple[bytes, list[tuple[bytes, bytes]]]:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                *((k.lower().encode(), str(v).encode()) for k, v in (err.headers or {}).items())]
     return body, headers
+
+
+def gated_protocol(gate: Gate, metrics: Metrics) -> type | None:
+    """uvicorn's httptools HTTP protocol with :meth:`Gate.admit` run as the request's
+    headers complete (None when httptools is not installed: :class:`AdmitFirst` alone
+    then gates).
+
+    A refused request is answered from the callback itself (its status line, headers and
+    JSON body written at once); its body, still arriving, is parsed past and dropped, and
+    the keep-alive connection serves the client's next request. An admitted one carries
+    its arrival time into the app's scope (``state[T0_KEY]``), so :class:`AdmitFirst`
+    does not admit it twice. A pipelined request, and one that uvicorn itself will refuse
+    (its connection limit), are left to :class:`AdmitFirst`.
+    """
+    try:
+        import httptools
+        from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+    except ImportError:  # pragma: no cover - uvicorn falls back to h11
+        return None
+    paths = frozenset(p.encode() for p in ADMITTED_PATHS)
+
+    class _Refused:
+        """Stands in for uvicorn's request cycle once a refusal is sent: its body
+        callbacks see a complete response and drop what still arrives."""
+
+        response_complete = True
+        disconnected = False
+
+        def __init__(self) -> None:
+            self.message_event = asyncio.Event()
+
+    class GatedHttpToolsProtocol(HttpToolsProtocol):
+        def on_headers_complete(self) -> None:
+            if (self.parser.get_method() == b"POST" and (self.cycle is None or self.cycle.response_complete)
+                    and not self.parser.should_upgrade() and not self._at_connection_limit()):
+                path = httptools.parse_url(self.url).path
+                if path in paths:
+                    t0 = time.perf_counter()
+                    try:
+                        gate.admit(t0)
+                    except ApiError as err:
+                        self._refuse(err, path.decode("ascii"))
+                        return
+                    self.scope["state"][T0_KEY] = t0
+            super().on_headers_complete()
+
+        def _at_connection_limit(self) -> bool:
+            limit = self.limit_concurrency
+            return limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit)
+
+        def _refuse(self, err: ApiError, path: str) -> None:
+            body, headers = busy_response(err)
+            keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
+            head = [STATUS_LINE[err.status]]
+            for name, value in [*self.server_state.default_headers, *headers]:
+                head += [name, b": ", value, b"\r\n"]
+            if not keep_alive:
+                head.append(b"connection: close\r\n")
+            self.transport.write(b"".join([*head, b"\r\n", body]))
+            metrics.count(path, err.status)
+            self.cycle = _Refused()  # type: ignore[assignment]
+            if not keep_alive:
+                self.transport.close()
+            self.on_response_complete()
+
+    return GatedHttpToolsProtocol

@@ -279,11 +279,13 @@ class ChunkSelector:
         a validation split); :mod:`chunksel.pipeline.select_rules` has the rules.
 
         Raises:
-            ConfigError: ``k`` < 1 (or not "auto"), a threshold outside [0, 1], or a rule
-                that needs probabilities on an uncalibrated selector.
-            DataError: an empty question, no chunks, chunks given as one string, inputs
-                of the wrong shape (the message names the argument and both shapes;
-                ``err.field`` names it), or NaN scores.
+            ConfigError: ``k`` < 1, a threshold outside [0, 1], or a rule that needs
+                probabilities on an uncalibrated selector; ``k`` neither an int nor
+                "auto" is its subclass :class:`~chunksel.errors.ArgumentTypeError`
+                (also a ``TypeError``).
+            DataError: an empty question, no chunks, an empty chunk, chunks given as one
+                string, inputs of the wrong shape (the message names the argument and
+                both shapes; ``err.field`` names it), an all-zero embedding, or NaN scores.
             DeadlineExceeded: ``deadline`` passed before a stage (named) started.
         """
         return self.select_batch(

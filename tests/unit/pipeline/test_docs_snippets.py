@@ -1,7 +1,7 @@
 """The LangChain and LlamaIndex examples of docs/serving.md and of the adapters' module
 docstrings are self-contained: every name they use is imported or defined in them, and
 each runs as it stands (with the extras installed) against a selector saved in
-``models/anchored``."""
+``models/anchored``. Every other Python block of serving.md defines the names it uses too."""
 
 from __future__ import annotations
 
@@ -62,7 +62,17 @@ def test_the_snippets_are_found():
     assert kinds == [(True, False), (False, True), (True, False), (False, True)], names
 
 
-@pytest.mark.parametrize(("where", "code"), SNIPPETS, ids=[n for n, _ in SNIPPETS])
+def _all_python_blocks() -> list[tuple[str, str]]:
+    """Every ```python block of docs/serving.md (names only: some need a trained model)."""
+    out = []
+    for path in [ROOT / "docs" / "serving.md"]:
+        for i, block in enumerate(re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)):
+            out.append((f"docs/{path.name} block {i}", block))
+    return out
+
+
+@pytest.mark.parametrize(("where", "code"), SNIPPETS + _all_python_blocks(),
+                         ids=[n for n, _ in SNIPPETS + _all_python_blocks()])
 def test_every_name_a_snippet_uses_is_defined_in_it(where, code):
     assert undefined_names(code) == set(), f"{where} uses names it never defines"
 

@@ -26,14 +26,37 @@ test: install models
 	PYTHON=$(PYTHON) bash .ci/test-transformers4.sh
 	PYTHON=$(PYTHON) bash .ci/test-numpy-only.sh
 
-# the servers tier: transformers serve (needs transformers[serving]; TSERVE_PYTHON may name
-# another interpreter that has it) and llama.cpp's server (LLAMACPP_PYTHON, a Python with
-# llama-cpp-python[server]; skipped when unset) on 127.0.0.1, serving SmolLM2
+# the servers tier, against real servers on 127.0.0.1 serving SmolLM2: SERVERS names them
+# (default transformers). `transformers serve` needs transformers[serving]: the first run
+# installs the `servers` extra into $(VENV) (once; TSERVE_PYTHON may name another Python
+# that has it). llama.cpp's server is opt-in, SERVERS="transformers llama.cpp":
+# llama-cpp-python builds llama.cpp from source, which takes many minutes on two cores, so
+# the first such run makes $(LLAMACPP_VENV) once (LLAMACPP_PYTHON may name a Python that
+# already has llama-cpp-python[server]). A server asked for that cannot start fails.
+SERVERS ?= transformers
 TSERVE_PYTHON ?= $(BIN)/python
-LLAMACPP_PYTHON ?=
-test-servers: install models
-	CHUNKSEL_TEST_SERVERS=1 CHUNKSEL_TSERVE_PYTHON=$(TSERVE_PYTHON) CHUNKSEL_LLAMACPP_PYTHON=$(LLAMACPP_PYTHON) \
-		$(BIN)/python -m pytest -q -m servers tests/servers
+LLAMACPP_VENV ?= .venv-llamacpp
+LLAMACPP_PYTHON ?= $(abspath $(LLAMACPP_VENV))/bin/python
+# portable CPU kernels: the native build died on its first request on a VM (docs/llm-servers.md)
+LLAMACPP_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF \
+	-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+SERVERS_SETUP := $(if $(filter $(BIN)/python,$(TSERVE_PYTHON)),$(VENV)/.servers-installed) \
+	$(if $(and $(filter llama.cpp,$(SERVERS)),$(filter $(abspath $(LLAMACPP_VENV))/bin/python,$(LLAMACPP_PYTHON))),$(LLAMACPP_VENV)/.installed)
+
+$(VENV)/.servers-installed: $(BIN)/.installed
+	$(BIN)/pip install -e '.[servers]'
+	touch $@
+
+$(LLAMACPP_VENV)/.installed:
+	$(PYTHON) -m venv $(LLAMACPP_VENV)
+	$(LLAMACPP_VENV)/bin/pip install --upgrade pip
+	CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" $(LLAMACPP_VENV)/bin/pip install 'llama-cpp-python[server]>=0.3.36,<0.4'
+	touch $@
+
+test-servers: install models $(SERVERS_SETUP)
+	CHUNKSEL_TEST_SERVERS=1 CHUNKSEL_SERVERS="$(SERVERS)" CHUNKSEL_TSERVE_PYTHON=$(TSERVE_PYTHON) \
+		CHUNKSEL_LLAMACPP_PYTHON=$(if $(filter llama.cpp,$(SERVERS)),$(LLAMACPP_PYTHON)) \
+		$(BIN)/python -m pytest -q -rs -m servers tests/servers
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks

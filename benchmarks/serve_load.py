@@ -43,6 +43,8 @@ the share against the best capacity measured anywhere in the run. The encoder se
 times the encoder alone in this process on one thread (question + 5 chunks, and the
 question alone).
 The load average (``uptime``) at the start and end is recorded: the machine is shared.
+``--goodput-only`` runs the set-up and the overload rounds alone (about 2 minutes with
+``--questions 300 --seconds 5``).
 """
 
 from __future__ import annotations
@@ -359,6 +361,8 @@ def main() -> None:
     ap.add_argument("--encoder-batches", type=int, default=30, help="requests timed per encoder (default 30)")
     ap.add_argument("--rounds", type=int, default=3, help="capacity + overload rounds (default 3)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--goodput-only", action="store_true",
+                    help="only the overload rounds (after the set-up): no encoder timing, no client levels")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
     if args.rounds < 1:
@@ -373,14 +377,15 @@ def main() -> None:
         models, test, about = setup(work, args.questions, args.seed)
         result["data"] = about
         print(f"data: {about}", flush=True)
-        result["encoder"] = encoder_timing(test, min(args.encoder_batches, len(test)))
-        print(f"encoder: {json.dumps(result['encoder'])}", flush=True)
+        if not args.goodput_only:
+            result["encoder"] = encoder_timing(test, min(args.encoder_batches, len(test)))
+            print(f"encoder: {json.dumps(result['encoder'])}", flush=True)
         emb, raw = payloads(test, True), payloads(test, False)
         result["request_bytes"] = {"embeddings": round(float(np.mean([len(b) for b in emb]))),
                                    "text": round(float(np.mean([len(b) for b in raw])))}
         runs: dict = {}
         capacity = None
-        for name in ("bm25", "lambdamart", "anchored"):
+        for name in () if args.goodput_only else ("bm25", "lambdamart", "anchored"):
             proc, host, port, addr = start_server(models[name], work, name)
             run: dict = {"workers": addr.get("workers")}
             try:
@@ -414,6 +419,7 @@ def main() -> None:
     result["machine"] = {"cpus": os.cpu_count(), "uptime_end": uptime(), "python": platform.python_version(),
                          "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
                          "note": "shared 2-core machine; the load generator runs on the same cores"}
+    result["goodput_only"] = args.goodput_only
     result["settings"] = {"server": "chunksel serve --workers 2 --concurrency 1 --threads 1 --encoder onnx-int8 "
                                     "--embedding-cache FILE",
                           "seconds_per_level": args.seconds, "levels": list(LEVELS), "k": 1, "chunks_per_request": 5,

@@ -14,10 +14,13 @@ short stable key under which a stage caches what it produced.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -88,6 +91,39 @@ def show_progress(flag: Any = True) -> bool:
     ``chunksel --quiet`` sets), which silences every bar, including those whose caller
     asked for one."""
     return bool(flag) and os.environ.get("TQDM_DISABLE", "").strip().lower() in ("", "0", "false", "no")
+
+
+_QUIET_LOCK = threading.Lock()
+_QUIET_DEPTH = 0
+_QUIET_RESTORE = False
+
+
+@contextlib.contextmanager
+def quiet_loading(quiet: bool = True) -> Iterator[None]:
+    """Hide transformers' and huggingface_hub's progress bars ("Loading weights") while a
+    model loads inside a library call (``quiet``); a long CLI job passes ``quiet=False``
+    and keeps them. Nested and threaded uses restore the setting once, after the last."""
+    global _QUIET_DEPTH, _QUIET_RESTORE
+    if not quiet:
+        yield
+        return
+    try:
+        from transformers.utils import logging as tf_logging
+    except ImportError:  # nothing of transformers loads here, so nothing to hide
+        yield
+        return
+    with _QUIET_LOCK:
+        if _QUIET_DEPTH == 0:
+            _QUIET_RESTORE = tf_logging.is_progress_bar_enabled()
+            tf_logging.disable_progress_bar()
+        _QUIET_DEPTH += 1
+    try:
+        yield
+    finally:
+        with _QUIET_LOCK:
+            _QUIET_DEPTH -= 1
+            if _QUIET_DEPTH == 0 and _QUIET_RESTORE:
+                tf_logging.enable_progress_bar()
 
 
 def json_default(obj: Any) -> Any:

@@ -19,6 +19,11 @@ class ConfigError(ChunkselError, ValueError):
     """An unknown name or an impossible setting (dataset, selector, K, layout)."""
 
 
+class ArgumentTypeError(ConfigError, TypeError):
+    """An argument of the wrong type (``k="2"``); the message says what it accepts. Still a
+    :class:`ConfigError`, so code that catches those catches it too."""
+
+
 class NotFittedError(ChunkselError, RuntimeError):
     """A selector that requires fitting was used before ``fit``."""
 

@@ -10,6 +10,12 @@ every test here is skipped, so the ordinary run stays fast. Servers:
 - ``llama.cpp``: ``llama_cpp.server`` from ``llama-cpp-python[server]`` on the GGUF
   itself, run by ``$CHUNKSEL_LLAMACPP_PYTHON`` (skipped when unset or not importable).
 
+Which servers are tested: ``$CHUNKSEL_SERVERS`` (names separated by spaces or commas;
+``make test-servers`` sets it from ``SERVERS``, default ``transformers``); without it,
+``transformers``, and ``llama.cpp`` when ``$CHUNKSEL_LLAMACPP_PYTHON`` is set. A server that
+was asked for and cannot start (its Python lacks the package, SmolLM2 is not fetched, the
+process exits) FAILS its tests; one that was not asked for is skipped, with the reason.
+
 Each server is started once per session on a free port, waited for (``/v1/models``), and
 stopped at the end; its log goes to a temporary file named in any failure.
 """
@@ -27,6 +33,20 @@ import pytest
 
 REAL_CACHE = Path(os.environ.get("CHUNKSEL_CACHE") or Path.home() / ".cache" / "chunksel").expanduser()
 ENABLED = os.environ.get("CHUNKSEL_TEST_SERVERS") == "1"
+KNOWN = ("transformers", "llama.cpp")
+
+
+def asked_servers() -> list[str]:
+    """The servers to test (``$CHUNKSEL_SERVERS``, else transformers, and llama.cpp when its
+    Python is named); an unknown name fails the session at once."""
+    raw = os.environ.get("CHUNKSEL_SERVERS")
+    if raw is None:
+        return ["transformers", *(["llama.cpp"] if os.environ.get("CHUNKSEL_LLAMACPP_PYTHON") else [])]
+    names = [n for n in raw.replace(",", " ").split() if n]
+    unknown = sorted(set(names) - set(KNOWN))
+    if unknown:
+        raise pytest.UsageError(f"CHUNKSEL_SERVERS: unknown server(s) {unknown}; known: {', '.join(KNOWN)}")
+    return names
 
 
 def pytest_collection_modifyitems(config, items):
@@ -102,38 +122,69 @@ def smollm2_local():
     from chunksel.llm.models import dequantised_dir, load_generator
 
     gguf = REAL_CACHE / "models" / SMOLLM2_GGUF
-    if not gguf.is_file():
-        pytest.skip(f"SmolLM2 not fetched ({gguf}); run `chunksel fetch-models`")
+    if not gguf.is_file():  # the servers serve it: a tier asked to run cannot without it
+        pytest.fail(f"SmolLM2 not fetched ({gguf}); run `chunksel fetch-models` (make models)", pytrace=False)
     torch.set_num_threads(1)
     model, tok, gen_id = load_generator(gguf, cache=REAL_CACHE)
     return LocalBackend(model=model, tokenizer=tok, model_id=gen_id, batch_size=4), gguf, dequantised_dir(gguf, REAL_CACHE)
 
 
-def _transformers_serve(tmp: Path, folder: Path) -> Server:
+def _transformers_python() -> str:
     py = os.environ.get("CHUNKSEL_TSERVE_PYTHON") or sys.executable
-    check = subprocess.run([py, "-c", "from transformers.utils.import_utils import is_serve_available as a; "
-                                      "raise SystemExit(0 if a() else 3)"], capture_output=True)
+    try:
+        check = subprocess.run([py, "-c", "from transformers.utils.import_utils import is_serve_available as a; "
+                                          "raise SystemExit(0 if a() else 3)"], capture_output=True)
+    except OSError as err:
+        pytest.fail(f"CHUNKSEL_TSERVE_PYTHON={py} cannot run: {err}", pytrace=False)
     if check.returncode != 0:
-        pytest.skip(f"{py} cannot run `transformers serve` (pip install 'transformers[serving]')")
+        pytest.fail(f"{py} cannot run `transformers serve`: pip install 'chunksel[servers]' "
+                    "(transformers[serving]), or make test-servers, which does", pytrace=False)
+    return py
+
+
+def _llamacpp_python() -> str:
+    py = os.environ.get("CHUNKSEL_LLAMACPP_PYTHON")
+    if not py:
+        pytest.fail("llama.cpp was asked for, but CHUNKSEL_LLAMACPP_PYTHON names no Python with "
+                    "llama-cpp-python[server] (make test-servers SERVERS=\"transformers llama.cpp\" makes one)",
+                    pytrace=False)
+    try:
+        failed = subprocess.run([py, "-c", "import llama_cpp.server"], capture_output=True).returncode
+    except OSError as err:
+        pytest.fail(f"CHUNKSEL_LLAMACPP_PYTHON={py} cannot run: {err}", pytrace=False)
+    if failed:
+        pytest.fail(f"{py} cannot import llama_cpp.server: pip install 'llama-cpp-python[server]'", pytrace=False)
+    return py
+
+
+def _transformers_serve(tmp: Path, folder: Path, py: str) -> Server:
     cmd = [py, "-c", "import sys; from transformers.cli.transformers import main; "
                      "sys.argv = ['transformers', *sys.argv[1:]]; sys.exit(main())",
            "serve", "--host", "127.0.0.1", "--port", "{port}", "--device", "cpu", str(folder)]
     return Server("transformers", cmd, str(folder), tmp)
 
 
-def _llama_cpp(tmp: Path, gguf: Path) -> Server:
-    py = os.environ.get("CHUNKSEL_LLAMACPP_PYTHON")
-    if not py or subprocess.run([py, "-c", "import llama_cpp.server"], capture_output=True).returncode:
-        pytest.skip("llama-cpp-python[server] not installed (set CHUNKSEL_LLAMACPP_PYTHON)")
+def _llama_cpp(tmp: Path, gguf: Path, py: str) -> Server:
     cmd = [py, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "smollm2", "--host", "127.0.0.1",
            "--port", "{port}", "--n_threads", "1", "--n_ctx", "4096", "--logits_all", "true"]
     return Server("llama.cpp", cmd, "smollm2", tmp, same_numerics=False)
 
 
-@pytest.fixture(scope="session", params=["transformers", "llama.cpp"])
-def server(request, smollm2_local, tmp_path_factory):
-    _, gguf, folder = smollm2_local
+@pytest.fixture(scope="session", params=list(KNOWN))
+def server(request, tmp_path_factory):
+    """A started server of those asked for; its Python is checked before SmolLM2 loads.
+    A server asked for that cannot start fails the test (never a skip)."""
+    if not ENABLED:
+        pytest.skip("servers tier disabled")
+    name = request.param
+    if name not in asked_servers():
+        pytest.skip(f"{name} not asked for (CHUNKSEL_SERVERS; make test-servers SERVERS=\"transformers llama.cpp\")")
+    py = _transformers_python() if name == "transformers" else _llamacpp_python()
+    _, gguf, folder = request.getfixturevalue("smollm2_local")
     tmp = tmp_path_factory.mktemp("servers")
-    srv = _transformers_serve(tmp, folder) if request.param == "transformers" else _llama_cpp(tmp, gguf)
+    try:
+        srv = _transformers_serve(tmp, folder, py) if name == "transformers" else _llama_cpp(tmp, gguf, py)
+    except RuntimeError as err:  # exited, or not up in time (the log is in the message)
+        pytest.fail(f"{name} server did not start: {err}", pytrace=False)
     yield srv
     srv.stop()

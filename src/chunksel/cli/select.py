@@ -17,7 +17,8 @@ COMMANDS = ("select",)
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("select", help="select chunk(s) for a question with any saved selector, or an LLM selector")
     add_common(p)
-    p.add_argument("--model", default=None, help="a saved selector directory")
+    p.add_argument("--model", default=None,
+                   help="a saved selector directory, or the name of one that needs no training (retrieval)")
     p.add_argument("--selector", default=None, choices=["rankgpt", "utility"],
                    help="instead of --model: an LLM selector (utility returns its own dynamic k; rankgpt the --top)")
     p.add_argument("--llm", default="local", metavar="local|URL",
@@ -78,7 +79,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if not args.model:
         raise ConfigError("give --model DIR (a saved selector) or --selector rankgpt|utility")
-    name = read_config(args.model)["name"]
+    from pathlib import Path
+
+    from chunksel.selectors.base import REGISTRY
+
+    # a saved selector directory, or the registered name of one that needs no training (retrieval)
+    named = args.model in REGISTRY and not Path(args.model).expanduser().exists()
+    name = args.model if named else read_config(args.model)["name"]
     if (args.quantize or args.engine) and name != "prototype":
         raise ConfigError(f"{args.model} holds a {name!r} selector; --quantize and --engine apply to a "
                           "prototype selector")

@@ -18,13 +18,14 @@ def read_chunks_file(path: str | os.PathLike) -> list[str]:
 
     Raises:
         DataError: the file does not exist, is a directory, cannot be read, or holds
-            bytes that are not UTF-8 (the message names the line).
+            bytes that are not UTF-8 (the message names the line). Any readable file
+            will do, not only a regular one: ``<(...)`` (``/dev/fd/N``), a named pipe.
     """
     path = Path(path)
     if not path.exists():
         raise DataError(f"chunks file {str(path)!r} not found")
-    if not path.is_file():
-        raise DataError(f"chunks file {str(path)!r} is not a file")
+    if path.is_dir():  # anything else readable is fine: a pipe, /dev/fd/N, /dev/stdin
+        raise DataError(f"chunks file {str(path)!r} is a directory, not a file")
     chunks = []
     try:
         with open(path, "rb") as fh:

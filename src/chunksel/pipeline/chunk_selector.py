@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from chunksel.config import quiet_loading
 from chunksel.errors import ConfigError, DataError, UnscoredChunksWarning
 from chunksel.pipeline.select_inputs import (
     as_list,
@@ -40,6 +41,7 @@ from chunksel.pipeline.select_inputs import (
     check_questions,
     fill_embeddings,
     given_features,
+    load_or_make,
     make_cache,
     trained_dim,
 )
@@ -140,7 +142,9 @@ class ChunkSelector:
         engine: str | None = None,
         embedding_cache: Any = True,
     ) -> ChunkSelector:
-        """Load any saved selector (checksums verified) and check its provenance.
+        """Load any saved selector (checksums verified) and check its provenance; ``path``
+        may also be the registered name of a selector that needs no training
+        (``"retrieval"``, ``"random"``, ``"bm25"`` with ``corpus=``).
 
         ``quantize`` / ``engine`` override the inference settings of a prototype selector.
         ``encoder`` may be an encoder object or an engine name: ``"torch"``
@@ -149,17 +153,8 @@ class ChunkSelector:
         The encoder is checked against the saved encoder id here (without loading it);
         the generator when it loads.
         """
-        from chunksel.selectors import get_selector_class
-        from chunksel.selectors.base import read_config
-
-        name = read_config(path)["name"]
-        cls_ = get_selector_class(name)
-        if quantize is not None or engine is not None:
-            if name != "prototype":
-                raise ConfigError(f"quantize= and engine= apply to a prototype selector, not {name!r}")
-            sel = cls_.load(path, quantize=quantize, engine=engine)
-        else:
-            sel = cls_.load(path)
+        with quiet_loading():  # a library call: no "Loading weights" bars
+            sel, path = load_or_make(path, quantize, engine)
         if isinstance(encoder, str):  # an engine name: "torch", "onnx", "onnx-int8"
             from chunksel.retrieval.onnx_encoder import make_encoder
 
@@ -203,7 +198,8 @@ class ChunkSelector:
             if self._generator is None:
                 from chunksel.llm.models import load_generator
 
-                loaded = load_generator(self._generator_path)
+                with quiet_loading():
+                    loaded = load_generator(self._generator_path)
                 self._check_generator(loaded[2])
                 self._generator = loaded
         return self._generator
@@ -283,11 +279,13 @@ class ChunkSelector:
         a validation split); :mod:`chunksel.pipeline.select_rules` has the rules.
 
         Raises:
-            ConfigError: ``k`` < 1 (or not "auto"), a threshold outside [0, 1], or a rule
-                that needs probabilities on an uncalibrated selector.
-            DataError: an empty question, no chunks, chunks given as one string, inputs
-                of the wrong shape (the message names the argument and both shapes;
-                ``err.field`` names it), or NaN scores.
+            ConfigError: ``k`` < 1, a threshold outside [0, 1], or a rule that needs
+                probabilities on an uncalibrated selector; ``k`` neither an int nor
+                "auto" is its subclass :class:`~chunksel.errors.ArgumentTypeError`
+                (also a ``TypeError``).
+            DataError: an empty question, no chunks, an empty chunk, chunks given as one
+                string, inputs of the wrong shape (the message names the argument and
+                both shapes; ``err.field`` names it), an all-zero embedding, or NaN scores.
             DeadlineExceeded: ``deadline`` passed before a stage (named) started.
         """
         return self.select_batch(

@@ -8,15 +8,21 @@ re-encoded, ``metadata[score_key]`` is reused as the retrieval score, and with
 from its ``embed_query``; then nothing is encoded by chunksel. Otherwise the text is
 encoded, chunks through the selector's chunk-embedding cache.
 
-Example (a ``ContextualCompressionRetriever``, or any chain)::
+Example (``docs`` stand for what a retriever's ``invoke(question)`` returns)::
+
+    from langchain_core.documents import Document
 
     from chunksel.pipeline.langchain import ChunkselCompressor
 
-    compressor = ChunkselCompressor.from_path("models/anchored", k=2, embeddings=store.embeddings)
-    docs = retriever.invoke("Who wrote Hamlet?")                 # any LangChain retriever
-    best = compressor.compress_documents(docs, "Who wrote Hamlet?")
-    for d in best:
+    question = "Who wrote Hamlet?"
+    docs = [Document(page_content="The Globe Theatre was built in 1599.", metadata={"score": 0.62}),
+            Document(page_content="Hamlet is a tragedy by William Shakespeare.", metadata={"score": 0.58})]
+    compressor = ChunkselCompressor.from_path("models/anchored", k=1)
+    for d in compressor.compress_documents(docs, question):
         print(d.metadata["chunksel_rank"], d.metadata["chunksel_score"], d.page_content[:60])
+
+It is a ``BaseDocumentCompressor``: a ``ContextualCompressionRetriever`` takes it (that
+class is in ``langchain-classic`` since LangChain 1.0, which the extra does not install).
 
 ``k="auto"`` (a calibrated selector's operating point), ``threshold=`` (a minimum
 P(evidence)) and ``min_p=`` (abstain below this P(some chunk holds the evidence)) may keep

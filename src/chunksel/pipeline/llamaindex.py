@@ -1,16 +1,21 @@
 """A LlamaIndex node postprocessor (extra ``llamaindex``): keep the nodes a trained
 selector chooses, best first.
 
-Example (a query engine over any retriever)::
+Example (``nodes`` stand for what a retriever's ``retrieve(question)`` returns)::
 
-    from llama_index.core.query_engine import RetrieverQueryEngine
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
     from chunksel.pipeline.llamaindex import ChunkselNodePostprocessor
 
-    post = ChunkselNodePostprocessor.from_path("models/anchored", top_n=2)
-    engine = RetrieverQueryEngine.from_args(retriever, llm=llm, node_postprocessors=[post])
-    response = engine.query("Who wrote Hamlet?")
-    for n in response.source_nodes:
+    question = "Who wrote Hamlet?"
+    nodes = [NodeWithScore(node=TextNode(text="The Globe Theatre was built in 1599."), score=0.62),
+             NodeWithScore(node=TextNode(text="Hamlet is a tragedy by William Shakespeare."), score=0.58)]
+    post = ChunkselNodePostprocessor.from_path("models/anchored", top_n=1)
+    for n in post.postprocess_nodes(nodes, query_bundle=QueryBundle(question)):
         print(n.score, n.node.get_content()[:60])
+
+In a query engine: ``RetrieverQueryEngine.from_args(retriever, llm=llm,
+node_postprocessors=[post])`` with your retriever and LLM.
 
 The fast path, and the default (``reuse_embeddings=True``): nodes that carry their
 embedding (a vector-store retriever's all-MiniLM-L6-v2 vectors) are not re-encoded, the

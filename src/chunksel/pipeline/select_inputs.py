@@ -55,6 +55,11 @@ def as_list(arg: Any, b: int, what: str) -> list[Any]:
     return arg
 
 
+def _at(i: int, b: int) -> str:
+    """Which question a message is about, in a batch of ``b``."""
+    return f"question #{i}: " if b > 1 else ""
+
+
 def check_questions(questions: Any) -> list[str]:
     if isinstance(questions, str):
         raise field_error("questions", "questions must be a list of strings, got one string (use select())")
@@ -70,7 +75,8 @@ def check_chunks(chunks_l: list[Any], emb_l: list[Any], scores_l: list[Any], tit
     """Check each question's chunks and the caller's arrays (``emb_l`` is normalised in
     place); returns the chunk texts."""
     texts: list[list[str]] = []
-    for i in range(len(chunks_l)):
+    b = len(chunks_l)
+    for i in range(b):
         emb = emb_l[i]
         if emb is not None:
             try:
@@ -85,6 +91,10 @@ def check_chunks(chunks_l: list[Any], emb_l: list[Any], scores_l: list[Any], tit
                                   f"selector reads {dim}-dimensional embeddings: expected ({emb.shape[0]}, {dim})")
             if not np.isfinite(emb).all():
                 raise field_error("chunk_embeddings", "chunk_embeddings contain NaN or infinite values")
+            zero = np.flatnonzero(~emb.any(axis=1))
+            if zero.size:
+                raise field_error("chunk_embeddings", f"{_at(i, b)}chunk_embeddings[{zero[0]}] is all zeros (a "
+                                  "zero vector has no direction to compare): pass the chunk's real embedding")
             emb_l[i] = unit(emb)
         ch = chunks_l[i]
         if isinstance(ch, (str, bytes)):
@@ -99,8 +109,12 @@ def check_chunks(chunks_l: list[Any], emb_l: list[Any], scores_l: list[Any], tit
         ch = list(ch)
         if not ch:
             raise field_error("chunks", "no candidate chunks given")
-        if not all(isinstance(t, str) for t in ch):
-            raise field_error("chunks", "every chunk must be a string")
+        for j, t in enumerate(ch):
+            if not isinstance(t, str):
+                raise field_error("chunks", f"{_at(i, b)}chunks[{j}] must be a string, got {type(t).__name__}")
+            if not t.strip():
+                raise field_error("chunks", f"{_at(i, b)}chunks[{j}] is empty" + (" (only whitespace)" if t else "")
+                                  + ": drop it, or pass the chunk's text")
         if emb is not None and emb.shape[0] != len(ch):
             raise field_error("chunk_embeddings", f"{len(ch)} chunks but {emb.shape[0]} embeddings in chunk_embeddings")
         for field, arr in (("chunk_scores", scores_l[i]), ("titles", title_l[i])):
@@ -142,6 +156,9 @@ def check_question_embeddings(qemb_l: list[Any], emb_l: list[Any], dim: int | No
                               f"embeddings are {want}-dimensional: expected ({want},)")
         if not np.isfinite(arr).all():
             raise field_error("question_embedding", "question_embedding contains NaN or infinite values")
+        if not arr.any():
+            raise field_error("question_embedding", f"{_at(i, len(qemb_l))}question_embedding is all zeros (a zero "
+                              "vector has no direction to compare): pass the question's real embedding")
         qemb_l[i] = unit(arr)
 
 
@@ -251,3 +268,46 @@ def given_features(f: Any) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(f["h"], dtype=np.float32).reshape(-1), np.asarray(f["r"], dtype=np.float32).reshape(-1)
     except (KeyError, TypeError, ValueError):
         raise DataError('features must be {"h": array, "r": array}') from None
+
+
+#: selectors that need no training but cannot choose chunks for a new question
+_NOT_APPLICATION = {"oracle": "it reads the gold labels, which a new question does not have"}
+
+
+def load_or_make(path: str | Path, quantize: str | None = None, engine: str | None = None) -> tuple[Any, Any]:
+    """``ChunkSelector.load``'s selector: a saved selector directory (checksums verified),
+    or the registered name of one that needs no training; returns (selector, the
+    directory or None).
+
+    Raises:
+        ConfigError: a registered name that must be trained first (the message says
+            how), ``quantize=`` / ``engine=`` on anything but a saved prototype.
+        DataError: neither a saved selector directory nor a registered name.
+    """
+    from chunksel.selectors import REGISTRY, get_selector_class, make_selector
+    from chunksel.selectors.base import read_config
+
+    name = str(path)
+    if name in REGISTRY and not Path(path).expanduser().exists():
+        if quantize is not None or engine is not None:
+            raise ConfigError(f"quantize= and engine= apply to a saved prototype selector, not {name!r}")
+        if name in _NOT_APPLICATION:
+            raise ConfigError(f"selector {name!r} cannot select chunks for new questions: {_NOT_APPLICATION[name]}")
+        sel = make_selector(name, **({"progress": False} if name == "bm25" else {}))
+        if not sel.is_fitted():
+            raise ConfigError(f"selector {name!r} must be trained first: chunksel train --selector {name} "
+                              "--out DIR, then ChunkSelector.load(DIR)")
+        return sel, None
+    try:
+        name = read_config(path)["name"]
+    except DataError as err:
+        if any(ch in str(path) for ch in "/\\") or str(path).startswith((".", "~")):
+            raise
+        raise DataError(f"{err}; nor is {str(path)!r} a registered selector (known: "
+                        f"{', '.join(sorted(REGISTRY))})") from None
+    cls_ = get_selector_class(name)
+    if quantize is not None or engine is not None:
+        if name != "prototype":
+            raise ConfigError(f"quantize= and engine= apply to a prototype selector, not {name!r}")
+        return cls_.load(path, quantize=quantize, engine=engine), path
+    return cls_.load(path), path

@@ -22,15 +22,18 @@ from typing import Any
 
 import numpy as np
 
-from chunksel.errors import ConfigError
+from chunksel.errors import ArgumentTypeError, ConfigError
 
 AUTO = "auto"
 
 
 def check_rule(k: Any, threshold: Any, min_p: Any, calibrator: Any, name: str) -> None:
     """Raise :class:`ConfigError` naming the bad argument (or the missing calibration)."""
-    if not (k == AUTO if isinstance(k, str) else
-            isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 1):
+    whole = isinstance(k, (int, np.integer)) and not isinstance(k, bool)
+    if not whole and k != AUTO:
+        what = f"the string {k!r}" if isinstance(k, str) else f"{k!r} ({type(k).__name__})"
+        raise ArgumentTypeError(f'k must be a whole number >= 1 (an int) or the string "auto", got {what}')
+    if whole and k < 1:
         raise ConfigError(f'k must be >= 1, got {k!r} (a whole number, or "auto")')
     for what, v in (("threshold", threshold), ("min_p", min_p)):
         if v is None:

@@ -46,10 +46,20 @@ def bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     return sock
 
 
-def make_server(app: Any, settings: ServeSettings, on_ready: Callable[[], None] | None = None) -> Any:
+def make_server(app: Any, settings: ServeSettings, on_ready: Callable[[], None] | None = None,
+                gate: Any = None) -> Any:
     """A ``uvicorn.Server`` for ``app`` (graceful shutdown waits up to ``timeout_s``);
-    ``on_ready`` runs once the socket accepts connections."""
+    ``on_ready`` runs once the socket accepts connections.
+
+    The app's admission gate (``gate``, else ``app.state.gate`` of :func:`create_app`)
+    runs inside the HTTP protocol, as a request's headers complete
+    (:func:`~chunksel.pipeline.serve_gate.gated_protocol`): under overload a refusal
+    costs no ASGI task and no body buffering."""
     uvicorn = require("uvicorn", "serve")
+    from chunksel.pipeline.serve_gate import gated_protocol
+
+    gate = gate if gate is not None else getattr(getattr(app, "state", None), "gate", None)
+    protocol = None if gate is None else gated_protocol(gate, gate.metrics)
 
     class _Server(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -60,7 +70,7 @@ def make_server(app: Any, settings: ServeSettings, on_ready: Callable[[], None] 
     # uvicorn's limit_concurrency counts open connections too: at concurrency + queue it
     # answered every request of a worker holding many idle keep-alive connections 503
     # (uncounted by /metrics). The admission gate bounds the work; this only bounds sockets.
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http=protocol or "auto",
                             timeout_graceful_shutdown=max(1, int(settings.timeout_s)),
                             limit_concurrency=max(MAX_CONNECTIONS, settings.concurrency + settings.queue + 16))
     return _Server(config)

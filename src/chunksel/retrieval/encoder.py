@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from chunksel.config import show_progress
+from chunksel.config import quiet_loading, show_progress
 from chunksel.errors import ConfigError, DataError, require
 from chunksel.types import Question
 
@@ -117,11 +117,16 @@ class Encoder:
     @property
     def model(self) -> Any:
         """The loaded ``SentenceTransformer`` (loaded on first use)."""
+        return self._load(progress=True)
+
+    def _load(self, progress: bool = True) -> Any:
+        """Load the model now (once); ``progress=False`` hides transformers' loading bar."""
         if self._model is None:
             st = require("sentence_transformers", "retrieval")
-            self._model = st.SentenceTransformer(
-                str(self.model_dir), device=self.device, local_files_only=True
-            )
+            with quiet_loading(not show_progress(progress)):
+                self._model = st.SentenceTransformer(
+                    str(self.model_dir), device=self.device, local_files_only=True
+                )
             self._model.max_seq_length = self.max_seq_length
         return self._model
 
@@ -159,7 +164,7 @@ class Encoder:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        emb = self.model.encode(
+        emb = self._load(progress).encode(
             texts,
             batch_size=batch_size or self.batch_size,
             show_progress_bar=show_progress(progress),

@@ -242,3 +242,22 @@ def test_select_prints_valid_json_when_top_exceeds_k(capsys, tmp_path, monkeypat
     assert sorted(res["indices"]) == [0, 1, 2] and len(res["scores"]) == 3  # only scored chunks are picked
     assert err.strip() == ("warning: only the first 3 of 5 chunks were scored (the model's K=3); "
                            "the rest have null scores and cannot be selected")
+
+
+def test_select_reads_chunks_from_a_pipe(capsys):
+    """``--chunks-file <(...)``: the shell passes /dev/fd/N, a pipe, not a regular file; with
+    a selector that needs no training named by ``--model`` (nothing loads)."""
+    import json
+    import os
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"first chunk\nsecond chunk\n")
+    os.close(write_end)
+    try:
+        code, out, err = _run(capsys, "select", "--model", "retrieval", "--question", "q?",
+                              "--chunks-file", f"/dev/fd/{read_end}", "--top", "2")
+    finally:
+        os.close(read_end)
+    assert code == 0, err
+    got = json.loads(out)
+    assert [c["text"] for c in got["selected"]] == ["first chunk", "second chunk"]

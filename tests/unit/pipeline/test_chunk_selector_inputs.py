@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from chunksel.errors import ConfigError, UnscoredChunksWarning
+from chunksel.errors import ArgumentTypeError, ConfigError, DataError, UnscoredChunksWarning
 
 pytest.importorskip("torch")
 
@@ -57,3 +57,36 @@ def test_bad_k_is_refused_before_the_encoder_or_generator(chunk_selector, monkey
     monkeypatch.setattr(ChunkSelector, "generator", refuse)
     with pytest.raises(ConfigError, match="k must be >= 1, got 0"):
         chunk_selector.select("q?", ["a", "b"], k=0)
+
+
+@pytest.mark.parametrize("k", ["2", 2.0, None, [2]])
+def test_k_of_the_wrong_type_is_a_type_error_that_says_what_k_accepts(chunk_selector, k):
+    with pytest.raises(TypeError, match=r'k must be a whole number >= 1 \(an int\) or the string "auto", got ') as err:
+        chunk_selector.select("q?", ["a", "b"], chunk_embeddings=_emb(2), features=FEATS, k=k)
+    assert isinstance(err.value, ArgumentTypeError) and isinstance(err.value, ConfigError)
+    assert ("the string '2'" if k == "2" else f"{k!r} ({type(k).__name__})") in str(err.value)
+    assert "range" not in str(err.value)
+
+
+@pytest.mark.parametrize("bad", ["", "   "])
+def test_an_empty_chunk_is_refused_with_its_index(chunk_selector, bad):
+    with pytest.raises(DataError, match=r"chunks\[1\] is empty") as err:
+        chunk_selector.select("q?", ["a", bad, "c"], chunk_embeddings=_emb(3), features=FEATS)
+    assert err.value.field == "chunks"
+    with pytest.raises(DataError, match=r"question #1: chunks\[0\] is empty"):
+        chunk_selector.select_batch(["q?", "r?"], [["a"], [bad]], chunk_embeddings=[_emb(1), _emb(1)],
+                                    features=[FEATS, FEATS])
+    with pytest.raises(DataError, match=r"chunks\[0\] must be a string, got int"):
+        chunk_selector.select("q?", [3, "b"], chunk_embeddings=_emb(2), features=FEATS)
+
+
+def test_an_all_zero_embedding_is_refused_with_its_index(chunk_selector):
+    emb = _emb(3)
+    emb[2] = 0.0
+    with pytest.raises(DataError, match=r"chunk_embeddings\[2\] is all zeros") as err:
+        chunk_selector.select("q?", ["a", "b", "c"], chunk_embeddings=emb, features=FEATS)
+    assert err.value.field == "chunk_embeddings"
+    with pytest.raises(DataError, match="question_embedding is all zeros") as err:
+        chunk_selector.select("q?", ["a", "b"], chunk_embeddings=_emb(2), question_embedding=np.zeros(8),
+                              features=FEATS)
+    assert err.value.field == "question_embedding"

@@ -155,6 +155,9 @@ def test_bad_requests_get_a_json_4xx_naming_the_problem(url, body, status, code,
     ({"question": "q", "chunks": "one string"}, "chunks", "list of strings"),
     ({"question": "q", "chunks": ["a"], "titles": "t"}, "titles", "list of strings"),
     ({"question": "q", "chunks": ["a"], "chunk_embeddings": [[[[[[[[[1]]]]]]]]] * 3}, "chunk_embeddings", ""),
+    ({"question": "q", "chunks": ["a", ""]}, "chunks", "chunks[1] is empty"),
+    ({"question": "q", "chunks": CHUNKS, "chunk_embeddings": [[0.1] * 8] * 3 + [[0.0] * 8]}, "chunk_embeddings",
+     "chunk_embeddings[3] is all zeros"),
 ])
 def test_wrong_shapes_are_a_422_naming_the_field(url, body, field, message):
     r = _post(url, "/select", body)

@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from chunksel.pipeline import serve_app  # noqa: E402
-from chunksel.pipeline.serve_app import _Gate  # noqa: E402
+from chunksel.pipeline import serve_gate  # noqa: E402
+from chunksel.pipeline.serve_gate import Gate  # noqa: E402
 from chunksel.pipeline.serve_requests import ApiError, Metrics, ServeSettings  # noqa: E402
 
 
@@ -23,8 +23,8 @@ class Clock:
 @pytest.fixture
 def gate(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr(serve_app.time, "perf_counter", clock)
-    g = _Gate(ServeSettings(concurrency=1, queue=100, timeout_s=1.0).check(), Metrics())
+    monkeypatch.setattr(serve_gate.time, "perf_counter", clock)
+    g = Gate(ServeSettings(concurrency=1, queue=100, timeout_s=1.0).check(), Metrics())
     yield g, clock
     g.pool.shutdown()
 
@@ -63,7 +63,7 @@ def test_admission_rejects_what_would_be_answered_too_late_and_counts_it(gate):
             g.admit(t0)
             admitted += 1
     # the k-th is answered after about k * 0.09 s: admitted while that is within ADMIT_SHARE of 1 s
-    assert admitted == int(serve_app.ADMIT_SHARE / 0.09) == g.admitted
+    assert admitted == int(serve_gate.ADMIT_SHARE / 0.09) == g.admitted
     assert err.value.status == 503 and int(err.value.headers["Retry-After"]) >= 1
     assert g.metrics.dropped["admission"] == 1
 
@@ -74,7 +74,7 @@ def _call(layer, path, method="POST"):
     sent, called = [], []
 
     async def inner(scope, receive, send):
-        called.append(scope.get("state", {}).get(serve_app.T0_KEY))
+        called.append(scope.get("state", {}).get(serve_gate.T0_KEY))
         await send({"type": "http.response.start", "status": 200, "headers": []})
 
     async def receive():  # the body is never read by the layer
@@ -90,7 +90,7 @@ def _call(layer, path, method="POST"):
 
 def test_the_admission_layer_answers_503_before_the_app_or_the_body(gate):
     g, clock = gate
-    layer = serve_app._AdmitFirst(None, g, g.metrics)
+    layer = serve_gate.AdmitFirst(None, g, g.metrics)
     sent, called = _call(layer, "/select")  # an idle gate: through, and it leaves when answered
     assert called == [clock.now] and sent[0]["status"] == 200 and g.admitted == 0
     g.interval_s, g.admitted = 0.2, 5  # five ahead at 0.2 s each: past half of the 1 s deadline

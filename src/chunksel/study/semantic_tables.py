@@ -53,7 +53,7 @@ def format_semantic(results: Results) -> str:
         return ""
     cols = _columns(sem)
     rows = list(sem["average"]["all"].get("rows", {})) if sem["average"].get("all") else []
-    parts = [_rank1_table(sem, cols, rows), RANK1_NOTE, _order_sentence(sem, rows), _flagship_sentence(res, sem),
+    parts = [_rank1_table(sem, cols, rows), RANK1_NOTE + " " + _coverage(sem), _order_sentence(sem, rows), _flagship_sentence(res, sem),
              "**Against the strongest peer**", _peer_table(sem, cols, rows),
              "**Agreement of the labels with the reference**", _agreement_table(res, sem),
              "**Abstention under the semantic labels**", _abstention_table(sem)]
@@ -67,6 +67,17 @@ RANK1_NOTE = (
     "above). Trained rows: mean over Table 1's seeds, read from Table 1's fits. Best semantic figure per column "
     "in bold. The reference labels (`semantic/` of the benchmark data) are for evaluation only: no fit, "
     "calibration, stacking weight or model choice reads them.")
+
+
+def _coverage(sem: Mapping[str, Any]) -> str:
+    """How many labelled questions each dataset's test split holds, and where the others are."""
+    parts = []
+    for ds, e in sem["datasets"].items():
+        lab = e["labelled"]
+        f = sem["files"][ds]
+        parts.append(f"{dataset_label(ds)} {lab['test']} of {f['questions']} ({lab['train_or_val']} in training or "
+                     f"validation, {lab['not_sampled']} outside this profile's sample)")
+    return "Labelled questions in this profile's test split: " + "; ".join(parts) + "."
 
 
 def _rank1_table(sem: Mapping[str, Any], cols: Sequence[tuple[str, str, str]], rows: Sequence[str]) -> str:

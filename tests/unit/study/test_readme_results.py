@@ -64,3 +64,11 @@ def test_readme_row_matches_results_json(name, row):
     label, value = row["Strongest baseline"].rsplit(" ", 1)
     assert NAMES[label] == results["strongest_baseline"], (name, label)
     check(value, results["strongest_baseline"])
+
+
+def test_readme_stays_a_library_readme():
+    """What it is, install, quickstart, the results table and docs: at most 120 lines (the
+    results prose lives in reports/README.md)."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 120, len(lines)
+    assert (ROOT / "reports" / "README.md").is_file() and "(reports/README.md)" in README.read_text()

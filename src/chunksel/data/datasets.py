@@ -57,6 +57,14 @@ class DatasetSpec:
             its id.
         candidate_only: sources that only attach given candidates to other sources'
             questions (the TriviaQA / NQ e5 top-3 lists, which map to DPR test lines).
+        display_name: how reports name it.
+        stats_corpus: the corpus whose term statistics its BM25 / LETOR features read
+            (default: ``corpus``; WikiQA, which has no corpus of its own: the Wikipedia one).
+        benchmark: one of the study's datasets (``chunksel bench``), in registry order; the
+            others (WikiQA) are only held out.
+
+    The registry is the one record of a dataset: the study's order, the reports' names and
+    the statistics corpus all come from it (docs/architecture.md, "How to add a dataset").
     """
 
     name: str
@@ -65,9 +73,17 @@ class DatasetSpec:
     description: str
     sources: Mapping[str, Reader] = field(repr=False)
     candidate_only: frozenset[str] = frozenset()
+    display_name: str = ""
+    stats_corpus: str | None = None
+    benchmark: bool = True
+
+    @property
+    def statistics_corpus(self) -> str | None:
+        """The corpus of its term statistics: ``stats_corpus``, else ``corpus``."""
+        return self.stats_corpus or self.corpus
 
 
-DATASETS: dict[str, DatasetSpec] = {
+DATASETS: dict[str, DatasetSpec] = {  # the study's order: the paper's three datasets first
     "triviaqa": DatasetSpec(
         "triviaqa",
         "wiki-w100",
@@ -75,6 +91,23 @@ DATASETS: dict[str, DatasetSpec] = {
         "TriviaQA open (DPR dev + test topics); e5 top-3 lists for 999 test questions",
         dpr_topics.TRIVIAQA_SOURCES,
         frozenset({"e5top3"}),
+        display_name="TriviaQA",
+    ),
+    "popqa": DatasetSpec(
+        "popqa",
+        "wiki-w100",
+        "containment|gold",
+        "PopQA: NeuroPath (gold paragraphs) + e5 top-3 set + S2RAG DPR top-25 set",
+        popqa.SOURCES,
+        display_name="PopQA",
+    ),
+    "msmarco": DatasetSpec(
+        "msmarco",
+        "msmarco-sub",
+        "qrels|gold",
+        "MS MARCO: TREC DL 2019-2021 graded qrels, 600-query BM25 top-20, QA sample gold",
+        msmarco.SOURCES,
+        display_name="MS MARCO",
     ),
     "nq": DatasetSpec(
         "nq",
@@ -83,20 +116,7 @@ DATASETS: dict[str, DatasetSpec] = {
         "NQ-open (DPR dev + test topics) with oracle gold passages; e5 top-3 lists",
         dpr_topics.NQ_SOURCES,
         frozenset({"e5top3"}),
-    ),
-    "popqa": DatasetSpec(
-        "popqa",
-        "wiki-w100",
-        "containment|gold",
-        "PopQA: NeuroPath (gold paragraphs) + e5 top-3 set + S2RAG DPR top-25 set",
-        popqa.SOURCES,
-    ),
-    "msmarco": DatasetSpec(
-        "msmarco",
-        "msmarco-sub",
-        "qrels|gold",
-        "MS MARCO: TREC DL 2019-2021 graded qrels, 600-query BM25 top-20, QA sample gold",
-        msmarco.SOURCES,
+        display_name="NQ",
     ),
     "squad2": DatasetSpec(
         "squad2",
@@ -104,6 +124,7 @@ DATASETS: dict[str, DatasetSpec] = {
         "containment|gold",
         "SQuAD 2.0 dev half (answerable questions; gold = the question's paragraph)",
         squad2.SOURCES,
+        display_name="SQuAD 2.0",
     ),
     "hotpotqa": DatasetSpec(
         "hotpotqa",
@@ -111,6 +132,7 @@ DATASETS: dict[str, DatasetSpec] = {
         "gold",
         "HotpotQA: IRCoT dev subsample + AMOR dev/test; gold = supporting paragraphs",
         hotpotqa.SOURCES,
+        display_name="HotpotQA",
     ),
     "wikiqa": DatasetSpec(
         "wikiqa",
@@ -118,8 +140,15 @@ DATASETS: dict[str, DatasetSpec] = {
         "human",
         "WikiQA answer-sentence selection (extra): given candidates, human labels",
         wikiqa.SOURCES,
+        display_name="WikiQA",
+        # its candidate sentences come from Wikipedia articles: the Wikipedia passages' statistics
+        stats_corpus="wiki-w100",
+        benchmark=False,
     ),
 }
+
+#: the study's datasets, in report order
+BENCHMARK_DATASETS: tuple[str, ...] = tuple(n for n, s in DATASETS.items() if s.benchmark)
 
 for _spec in DATASETS.values():  # a spec with an unknown source name is a programming error
     parse_label_spec(_spec.default_label)

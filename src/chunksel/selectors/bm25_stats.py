@@ -24,19 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from chunksel.config import cache_root, file_checksum, show_progress
+from chunksel.data.datasets import DATASETS
 from chunksel.errors import ConfigError, DataError, require
 from chunksel.types import Instance
 
-DATASET_CORPUS = {
-    "triviaqa": "wiki-w100",
-    "nq": "wiki-w100",
-    "popqa": "wiki-w100",
-    "squad2": "wiki-w100",
-    "hotpotqa": "wiki-w100",
-    "msmarco": "msmarco-sub",
-    # WikiQA's candidate sentences come from Wikipedia articles: the Wikipedia passages' statistics
-    "wikiqa": "wiki-w100",
-}
+#: each dataset's statistics corpus (the dataset registry's)
+DATASET_CORPUS = {n: s.statistics_corpus for n, s in DATASETS.items() if s.statistics_corpus}
 STATS_VERSION = 1
 #: prefix of the corpus names under which saved statistics are registered
 BUNDLED = "bundled:"

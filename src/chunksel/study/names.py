@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-#: default dataset order: the paper's three first
-DATASET_ORDER: tuple[str, ...] = ("triviaqa", "popqa", "msmarco", "nq", "squad2", "hotpotqa")
+from chunksel.data.datasets import BENCHMARK_DATASETS, DATASETS
 
-DATASET_NAMES: dict[str, str] = {
-    "triviaqa": "TriviaQA",
-    "popqa": "PopQA",
-    "msmarco": "MS MARCO",
-    "nq": "NQ",
-    "squad2": "SQuAD 2.0",
-    "hotpotqa": "HotpotQA",
-    "wikiqa": "WikiQA",
-}
+#: default dataset order (the registry's: the paper's three first)
+DATASET_ORDER: tuple[str, ...] = BENCHMARK_DATASETS
+
+#: how reports name each dataset (the registry's display names)
+DATASET_NAMES: dict[str, str] = {n: s.display_name or n for n, s in DATASETS.items()}
 
 #: what a missing cell prints
 DASH = "–"

@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from chunksel.data.datasets import BENCHMARK_DATASETS
+
 #: Table 1's dataset order: the paper's three first
-DATASETS: tuple[str, ...] = ("triviaqa", "popqa", "msmarco", "nq", "squad2", "hotpotqa")
+DATASETS: tuple[str, ...] = BENCHMARK_DATASETS  # the dataset registry's, in its order
 #: the roles of the selectors a study runs by default (see :func:`default_selectors`)
 DEFAULT_ROLES: tuple[str, ...] = ("baseline", "reference", "reproduction", "flagship")
 #: SRAS's PPO rewards come from generated answers (about a second each on two cores): the

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from chunksel.data.datasets import DATASETS
 from chunksel.study.fitting import evaluate_selector, make_selector, say, settings_of
 from chunksel.study.profiles import CE_QUICK, FLAGSHIP, STACKED
 from chunksel.study.records import TransferRow
@@ -42,8 +43,9 @@ TRANSFER_ROWS: tuple[str, ...] = ("retrieval", "bm25", "lambdamart", "crossencod
 TRANSFER_OVERRIDES: dict[str, dict[str, Any]] = {"crossencoder": CE_QUICK}
 #: the row every other is compared with
 REFERENCE = "lambdamart"
-#: held-out datasets no row is trained on (given candidates, re-ranked by the retriever)
-NEVER_TRAINED: tuple[str, ...] = ("wikiqa",)
+#: held-out datasets no row is trained on (the registry's non-benchmark datasets: given
+#: candidates, re-ranked by the retriever)
+NEVER_TRAINED: tuple[str, ...] = tuple(n for n, s in DATASETS.items() if not s.benchmark)
 #: build a given-candidates dataset with every candidate (WikiQA ships at most 30 a question)
 _ALL_GIVEN = 64
 

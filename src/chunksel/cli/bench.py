@@ -49,7 +49,7 @@ def bench(args: argparse.Namespace, settings: Settings) -> int:
     run_bench(profile=args.profile, datasets=args.datasets, selectors=args.selectors,
               out=args.out, seed=args.seed, progress=not settings.quiet, reuse=not args.no_reuse,
               jobs=args.jobs, threads=settings.threads, part_of=args.part, split=args.split,
-              transfer=args.transfer)
+              transfer=args.transfer, settings=settings)
     return 0
 
 

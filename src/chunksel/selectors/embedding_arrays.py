@@ -17,7 +17,8 @@ def embedding_arrays(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``q`` (B, d), ``e`` (B, k, d) (zeros at padding) and the (B, k) real-candidate mask.
 
-    Questions without an embedding are encoded with the default encoder (and keep it).
+    Every question needs its retriever embedding: a missing one is an error that names the
+    fix (nothing is encoded behind the caller's back with an encoder it did not choose).
 
     Args:
         batch: the instances; every candidate among the first ``k`` needs an embedding.
@@ -37,13 +38,13 @@ def embedding_arrays(
                 d = int(c.embedding.shape[-1])
     if d is None:
         raise DataError(f"no candidate has an embedding: {who} needs E")
-    missing = [inst for inst in batch if inst.question.embedding is None]
+    missing = [inst.id for inst in batch if inst.question.embedding is None]
     if missing:
-        from chunksel.retrieval.encoder import Encoder
-
-        vecs = Encoder().encode_questions([i.question for i in missing], progress=False)
-        for inst, v in zip(missing, vecs, strict=True):
-            inst.question.embedding = np.asarray(v, dtype=np.float32)
+        raise DataError(
+            f"{len(missing)} question(s) without an embedding (first: {missing[0]!r}): {who} reads the "
+            "retriever's query vector; pass question_embedding= to ChunkSelector.select (or give it the texts "
+            "only and it encodes both sides), or build instances with chunksel.build.build_instances, which "
+            "embeds them")
     q = np.zeros((len(batch), d), dtype=np.float32)
     e = np.zeros((len(batch), k, d), dtype=np.float32)
     m = np.zeros((len(batch), k), dtype=bool)

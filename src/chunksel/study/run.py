@@ -90,8 +90,13 @@ def run_bench(
     part_of: str | None = None,
     split: str | None = None,
     transfer: bool | None = None,
+    settings: Any = None,
 ) -> Path:
     """Run the study and write the report; returns the report directory.
+
+    ``settings`` (:class:`chunksel.settings.Settings`; None: :func:`chunksel.settings.current`)
+    give the label spec of every dataset's instances and, as command-line options, every
+    worker process's data root, cache and label.
 
     ``split`` replaces the profile's split scheme (``grouped`` by default; ``question``
     reproduces the reports made before grouped splits). ``transfer`` replaces the
@@ -115,6 +120,9 @@ def run_bench(
     """
     from chunksel.build import build_instances, extract_question_features
     from chunksel.selectors import get_selector_class
+    from chunksel.settings import current
+
+    settings = settings or current()
 
     if profile not in PROFILES:
         raise ConfigError(f"unknown profile {profile!r}; use {', '.join(PROFILES)}")
@@ -136,6 +144,7 @@ def run_bench(
     selectors = list(selectors or default_selectors())
     for name in selectors:
         get_selector_class(name)  # fail early on unknown names / missing extras
+    check_overrides(prof)
     out_dir = Path(out) if out else Path("reports") / profile
     t_start = time.time()
     timings: dict[str, float] = {}
@@ -146,7 +155,7 @@ def run_bench(
         t0 = time.time()
         say(f"instances: {ds} (limit {prof.limit or 'none'}, K={prof.k})")
         built[ds] = build_instances(ds, k=prof.k, index="flat", limit=prof.limit, seed=seed, progress=progress,
-                                    split=prof.split)
+                                    split=prof.split, label=settings.label)
         s = built[ds].stats["all"]
         say(f"  {s['questions']} questions, answerable@{prof.k} {s['answerable_pct']:.1f}%, "
              f"retrieval@1 {s['retrieval_rank1_pct']:.1f}%")
@@ -178,7 +187,7 @@ def run_bench(
 
     if jobs > 1 and len(datasets) > 1:
         t0 = time.time()
-        _run_parts(prof.name, datasets, selectors, out_dir, seed, jobs, threads, prof.split)
+        _run_parts(prof.name, datasets, selectors, out_dir, seed, jobs, threads, prof.split, settings)
         timings["parts"] = time.time() - t0
 
     instances = {ds: built[ds].instances for ds in datasets}
@@ -194,6 +203,20 @@ def run_bench(
         return run_study(instances, selectors, prof, features, out_dir, seed=seed, progress=progress,
                          extra_config=extra_config, timings=timings, t_start=t_start, reuse=reuse,
                          part_of=part_of, never_trained=never_trained)
+
+
+def check_overrides(prof: Profile) -> None:
+    """Every override of ``prof`` names a registered selector and settings it takes: a typo
+    is an error, never a silently dropped setting."""
+    from chunksel.selectors import get_selector_class
+
+    for name, settings in prof.overrides.items():
+        cls = get_selector_class(name)  # ConfigError for an unknown selector
+        known = set(cls._param_names())
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise ConfigError(f"profile {prof.name!r}: unknown setting(s) {', '.join(map(repr, unknown))} for "
+                              f"selector {name!r}; known: {', '.join(sorted(known))}")
 
 
 def _alone(jobs: int, threads: int | None, part_of: str | None) -> Any:
@@ -220,7 +243,7 @@ def _overlap(built: Any) -> dict:
 
 
 def worker_command(part: str, profile: str, datasets: Sequence[str], selectors: Sequence[str], out: str,
-                   seed: int, threads: int | None, split: str = "grouped") -> list[str]:
+                   seed: int, threads: int | None, split: str = "grouped", settings: Any = None) -> list[str]:
     """The command line of one ``bench --jobs`` worker: ``chunksel bench`` with the hidden
     ``--part`` option naming the whole study's first dataset (where Table 1 measures the
     cost columns, so the worker's memo keys are the whole study's), and the data root,
@@ -233,11 +256,11 @@ def worker_command(part: str, profile: str, datasets: Sequence[str], selectors: 
            "--datasets", *datasets, "--selectors", *selectors, "--out", out, "--split", split]
     if threads:
         cmd += ["--threads", str(threads)]
-    return cmd + current().to_args()
+    return cmd + (settings or current()).to_args()
 
 
 def _run_parts(profile: str, datasets: Sequence[str], selectors: Sequence[str], out_dir: Path, seed: int,
-               jobs: int, threads: int | None, split: str = "grouped") -> None:
+               jobs: int, threads: int | None, split: str = "grouped", settings: Any = None) -> None:
     """Run the per-dataset stages of ``datasets`` in ``jobs`` worker processes (each a
     ``chunksel bench --part FIRST`` told the whole study's first dataset) and wait."""
     from chunksel.errors import ChunkselError
@@ -247,7 +270,8 @@ def _run_parts(profile: str, datasets: Sequence[str], selectors: Sequence[str], 
     parts.mkdir(parents=True, exist_ok=True)
     procs = []
     for n, group in enumerate(groups):
-        cmd = worker_command(datasets[0], profile, group, selectors, str(parts / f"part-{n}"), seed, threads, split)
+        cmd = worker_command(datasets[0], profile, group, selectors, str(parts / f"part-{n}"), seed, threads, split,
+                             settings)
         log = parts / f"part-{n}.log"
         say(f"part {n}: {' '.join(group)} (log {log})")
         with open(log, "w") as fh:
@@ -304,6 +328,7 @@ def run_study(
     from chunksel.study.report import write_report
     from chunksel.study.tables import format_table1
 
+    check_overrides(prof)
     extra_config = extra_config or {}
     timings = timings if timings is not None else {}
     t_start = t_start or time.time()

@@ -1,7 +1,7 @@
 """The benchmark datasets: registry, question loading with dedup, given candidates.
 
-``load_questions(name)`` reads every source of a dataset (DESIGN.md, "Benchmark
-datasets"), gives each question the id ``dataset:source:native-id`` (the 0-based line
+``load_questions(name)`` reads every source of a dataset (docs/architecture.md, "How to add a
+dataset"), gives each question the id ``dataset:source:native-id`` (the 0-based line
 where a file has no id), and deduplicates within the dataset by
 :func:`~chunksel.data.text.normalise_question`: the first occurrence (in source order)
 keeps its id and text; answers, gold ids/texts and qrels of later duplicates are merged

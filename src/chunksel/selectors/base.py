@@ -1,6 +1,6 @@
 """The one selector interface, its shared behaviour, and the lazy registry.
 
-Contract (DESIGN.md "One selector interface"):
+Contract (docs/architecture.md, "One selector interface"):
 
 - ``__init__`` only stores settings (each a keyword argument kept under the same
   attribute name); learned state lives in attributes ending in ``_``.

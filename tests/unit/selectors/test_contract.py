@@ -1,4 +1,4 @@
-"""One contract test run over every registered selector (DESIGN.md "One selector interface")."""
+"""One contract test run over every registered selector (docs/architecture.md, "One selector interface")."""
 
 from __future__ import annotations
 

@@ -46,10 +46,11 @@ def train_lambdarank(
     early_stopping_rounds: int = 30,
     seed: int = 0,
     n_jobs: int = 1,
+    feature_names: Sequence[str] = FEATURE_NAMES,
 ):
     """A LightGBM LambdaMART booster on flat LETOR rows ``x`` (one query group per
-    instance, ``groups`` their sizes), early-stopped on the validation NDCG@1 when
-    ``valid = (x, y, groups)`` is given. Returns a ``lightgbm.Booster`` holding exactly
+    instance, ``groups`` their sizes; ``feature_names`` name its columns), early-stopped on
+    the validation NDCG@1 when ``valid = (x, y, groups)`` is given. Returns a ``lightgbm.Booster`` holding exactly
     the kept trees (so a saved and reloaded copy scores identically)."""
     lgb = require("lightgbm", "ltr")
     model = lgb.LGBMRanker(
@@ -72,7 +73,7 @@ def train_lambdarank(
             "eval_at": [1],
             "callbacks": [lgb.early_stopping(early_stopping_rounds, verbose=False)],
         }
-    model.fit(x, y, group=list(groups), feature_name=list(FEATURE_NAMES), **kwargs)
+    model.fit(x, y, group=list(groups), feature_name=list(feature_names), **kwargs)
     best = model.best_iteration_ if valid is not None and model.best_iteration_ else None
     return lgb.Booster(model_str=model.booster_.model_to_string(num_iteration=best))
 

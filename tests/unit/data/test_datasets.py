@@ -30,7 +30,7 @@ def _by_id(questions) -> dict[str, Question]:
 
 
 def test_unknown_dataset_and_missing_root(tmp_path: Path, monkeypatch) -> None:
-    with pytest.raises(ConfigError, match="known: triviaqa, nq, popqa"):
+    with pytest.raises(ConfigError, match="known: triviaqa, popqa, msmarco"):
         load_questions("trivia")
     monkeypatch.delenv("CHUNKSEL_DATA", raising=False)
     with pytest.raises(DataError, match="CHUNKSEL_DATA"):

@@ -101,8 +101,11 @@ def test_selector_contract(name: str, tmp_path: Path, toy_instances: list[Instan
     again = load_selector(tmp_path / "saved")
     assert type(again) is cls
     # the same scores; a torch scorer may differ in the last float32 bit between two runs
-    # (oneDNN's reduction order), e.g. the cross-encoder by 2e-9 on a score of 0.011
-    np.testing.assert_allclose(again.score(batch, feats), scores, rtol=1e-6, atol=0)
+    # (oneDNN's reduction order), e.g. the cross-encoder by 2e-9 on a score of 0.011; its
+    # retrieval prior z-scores the network's scores within each set, and a tiny untrained
+    # network's near-equal scores have a small spread there, which magnifies that bit (5e-5)
+    rtol = 1e-4 if name in ("crossencoder", "anchored-ce") else 1e-6
+    np.testing.assert_allclose(again.score(batch, feats), scores, rtol=rtol, atol=0)
 
     # every selector but the LLM ones is calibrated on the validation split by fit
     if cls.query_cost == "llm":

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tqdm.auto  # noqa: F401  (tqdm reads TQDM_DISABLE once, at import: before any test can set it)
 
 from chunksel.types import Candidate, Instance, Question
 
@@ -43,8 +44,14 @@ def one_thread():
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    """Every test writes its cache under a temporary folder unless it sets its own."""
+    """Every test writes its cache under a temporary folder unless it sets its own, and
+    leaves tqdm's process-wide switch as it found it (``chunksel --quiet`` sets
+    ``TQDM_DISABLE``, which tqdm reads when it is first imported: an in-process CLI test
+    would otherwise silence every later test's bars)."""
     monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+    monkeypatch.setenv("TQDM_DISABLE", os.environ.get("TQDM_DISABLE", ""))
+    if not os.environ["TQDM_DISABLE"]:
+        monkeypatch.delenv("TQDM_DISABLE")
 
 
 @pytest.fixture(autouse=True, scope="session")

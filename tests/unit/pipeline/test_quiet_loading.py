@@ -28,12 +28,8 @@ def test_select_from_raw_text_loads_minilm_without_progress_bars(capfd, one_thre
     assert "Loading weights" not in err and "it/s]" not in err, err
 
 
-def test_a_job_that_asks_for_progress_keeps_the_loading_bar(capfd, monkeypatch):
+def test_a_job_that_asks_for_progress_keeps_the_loading_bar(capfd):
     from chunksel.retrieval.encoder import Encoder
-
-    # `chunksel --quiet` sets tqdm's own global switch for its process; an in-process CLI
-    # test earlier in the session may have left it set
-    monkeypatch.delenv("TQDM_DISABLE", raising=False)
 
     capfd.readouterr()
     Encoder().encode(["one text"], progress=True)

@@ -26,6 +26,7 @@ pytest.importorskip("torch")
 
 from tests.doubles import FakeEncoder  # noqa: E402
 from tests.unit.pipeline.test_application_api import CHUNKS, QUESTION  # noqa: E402
+from tests.unit.pipeline.uvicorn_thread import in_thread  # noqa: E402
 
 KEY = "s3cret"
 
@@ -64,19 +65,8 @@ def running(cs, **settings):
 
     s = ServeSettings(port=0, **settings)
     sock = bind("127.0.0.1", 0)
-    server = make_server(create_app(cs, s), s)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started and time.time() < deadline:
-        time.sleep(0.02)
-    assert server.started
-    try:
+    with in_thread(make_server(create_app(cs, s), s), sock):
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
-        assert not thread.is_alive()
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 
 import pytest
@@ -15,6 +14,8 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("httptools")
+
+from tests.unit.pipeline.uvicorn_thread import in_thread  # noqa: E402
 
 from chunksel.pipeline.serve_gate import T0_KEY  # noqa: E402
 
@@ -36,18 +37,8 @@ def server():
         await app(scope, receive, send)
 
     sock = bind("127.0.0.1", 0)
-    srv = make_server(recorded, s, gate=app.state.gate)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not srv.started and time.time() < deadline:
-        time.sleep(0.02)
-    assert srv.started
-    try:
+    with in_thread(make_server(recorded, s, gate=app.state.gate), sock):
         yield sock.getsockname()[1], app.state.gate, calls
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=20)
 
 
 def _read_response(conn: socket.socket) -> tuple[int, dict[str, str], bytes]:

@@ -117,6 +117,17 @@ class Comparison:
     acc_a: float | None = None
     acc_b: float | None = None
 
+    def verdict(self, alpha: float = 0.05) -> str:
+        """``"better"`` / ``"worse"`` only when both tests agree: the 95% interval excludes 0
+        on that side *and* McNemar's p < ``alpha``; else ``"tie"`` (the project's rule for
+        calling a row significantly different)."""
+        both = self.p is not None and self.p < alpha
+        if both and self.lo is not None and self.lo > 0:
+            return "better"
+        if both and self.hi is not None and self.hi < 0:
+            return "worse"
+        return "tie"
+
     def to_dict(self) -> dict[str, Any]:
         out = {"a": self.a, "b": self.b, "diff": self.diff, "lo": self.lo, "hi": self.hi, "p": self.p,
                "n": self.n}

@@ -129,7 +129,9 @@ def render_markdown(results: Results, plots: Mapping[str, str] | None = None) ->
             "test). Δ = A − B in percentage points. The 95% paired bootstrap interval "
             "resamples test instances of the per-instance hit rate averaged over the "
             "trained selectors' seeds (Table 1's seeds); the exact McNemar p-value (binomial "
-            "test on discordant pairs) reads each instance's majority outcome over the seeds.",
+            "test on discordant pairs) reads each instance's majority outcome over the seeds. "
+            "Both tests: A is called significantly better (or worse) only when the interval "
+            "excludes 0 and McNemar's p < 0.05 both hold.",
             ["significance"],
         ),
         (

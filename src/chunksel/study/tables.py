@@ -319,15 +319,17 @@ def significance_rows(results: Results) -> list[tuple[str, Comparison]]:
 def significance_table(pairs: Sequence[tuple[str, Comparison]]) -> str:
     if not pairs:
         return ""
-    header = ["Dataset", "A", "B", "n", "Acc A", "Acc B", "Δ (pp)", "95% CI", "McNemar p"]
+    header = ["Dataset", "A", "B", "n", "Acc A", "Acc B", "Δ (pp)", "95% CI", "McNemar p", "Both tests"]
     rows = []
     for d, e in pairs:
         ci = DASH if e.lo is None or e.hi is None else f"[{e.lo:+.2f}, {e.hi:+.2f}]"
+        v = e.verdict()
         rows.append([
             dataset_label(d), selector_label(e.a), selector_label(e.b), str(e.n),
             fmt(e.acc_a), fmt(e.acc_b), DASH if e.diff is None else f"{e.diff:+.2f}", ci, fmt_p(e.p),
+            "A better" if v == "better" else "A worse" if v == "worse" else DASH,
         ])
-    align = ["l", "l", "l"] + ["r"] * 6
+    align = ["l", "l", "l"] + ["r"] * 7
     if all(r[4] == DASH and r[5] == DASH for r in rows):  # no accuracies given: drop them
         header, align = header[:4] + header[6:], align[:4] + align[6:]
         rows = [r[:4] + r[6:] for r in rows]

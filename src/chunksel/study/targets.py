@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from chunksel.study.format import DASH, Results, md_table, table1_average
+from chunksel.study.format import DASH, Results, fmt_p, md_table, table1_average
 from chunksel.study.names import dataset_label, selector_label
 from chunksel.study.profiles import STACKED
 from chunksel.study.records import Comparison
@@ -47,7 +47,9 @@ def flagship_targets(results: Results, flag: str | None = None) -> dict[str, Any
     baseline, chosen on validation; retrieval order where it is the strongest). Returns
     None when the flagship or its comparisons are missing. The averages are Table 1's,
     over every dataset of the report; per dataset: the paired difference and its 95%
-    interval, classed ``better`` (interval above 0), ``worse`` (below 0) or ``tie``.
+    interval, classed ``better`` or ``worse`` only when the interval excludes 0 on that side and
+    McNemar's p < 0.05 both hold (:meth:`~chunksel.study.records.Comparison.verdict`), else
+    ``tie`` (``interval_only`` marks a tie whose interval alone excludes 0).
     """
     res = as_results(results)
     flag = flag or res.flagship
@@ -61,8 +63,8 @@ def flagship_targets(results: Results, flag: str | None = None) -> dict[str, Any
                 per_ds[d] = c
     if not per_ds:
         return None
-    rows = {d: {"baseline": c.b, "diff": c.diff, "lo": c.lo, "hi": c.hi,
-                "class": "better" if c.lo > 0 else "worse" if c.hi < 0 else "tie"}
+    rows = {d: {"baseline": c.b, "diff": c.diff, "lo": c.lo, "hi": c.hi, "p": c.p, "class": c.verdict(),
+                "interval_only": c.verdict() == "tie" and (c.lo > 0 or c.hi < 0)}
             for d, c in per_ds.items()}
     datasets = list(res.datasets)
     flag_avg = table1_average(res.table1[flag], datasets)[0]
@@ -143,9 +145,13 @@ def format_flagship_targets(results: Results, flag: str | None = None) -> str:
                  _verdict(t["n_better"] >= need) if t["large"] else DASH,
                  DASH if not t["large"] or t["n_better"] >= need else f"{need - t['n_better']} dataset(s)"])
     text = md_table(["Criterion", "Measured", "Target", "Verdict", "Short by"], rows, ["l", "r", "r", "l", "r"])
-    per = ", ".join(f"{dataset_label(d)} {r['diff']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}] vs "
-                    f"{selector_label(r['baseline'])}" for d, r in t["per_dataset"].items())
-    text += f"\n\nPer dataset (Δ and 95% interval, pp): {per}."
+    per = ", ".join(f"{dataset_label(d)} {r['diff']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}]"
+                    + (f" p={fmt_p(r['p'])}" if r.get("p") is not None else "")
+                    + f" vs {selector_label(r['baseline'])}" for d, r in t["per_dataset"].items())
+    text += (f"\n\nPer dataset (Δ, 95% interval and McNemar p, pp): {per}. A dataset counts as significantly "
+             "better or below only when the interval excludes 0 and McNemar's p < 0.05 both hold")
+    loose = [dataset_label(d) for d, r in t["per_dataset"].items() if r.get("interval_only")]
+    text += (f"; on {', '.join(loose)} the interval alone excludes 0." if loose else ".")
     missed = any(r[3] == "not met" for r in rows)
     if missed and t["flagship"] == res.flagship:  # the curves and the ablation are the flagship's
         why = _curve_sentences(res, t["flagship"], res.strongest_baseline)

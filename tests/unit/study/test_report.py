@@ -142,10 +142,10 @@ def test_tables_2_3_and_significance():
     sig = format_significance(r)
     tq = _row(sig, "TriviaQA")
     assert tq[1:4] == ["Prototype (paper)", "KNRM", "1000"]
-    assert tq[4:] == ["+2.96", "[+1.10, +4.80]", "0.0012"]  # no acc columns given
+    assert tq[4:] == ["+2.96", "[+1.10, +4.80]", "0.0012", "A better"]  # no acc columns given
     r["significance"]["popqa"]["acc_a"] = 71.0
     assert _row(format_significance(r), "PopQA")[4:7] == ["71.00", "–", "+4.24"]
-    assert _row(sig, "PopQA")[-1] == "3.0e-06"
+    assert _row(sig, "PopQA")[-2:] == ["3.0e-06", "A better"]
 
 
 def test_write_report_files_and_content(tmp_path):
@@ -341,7 +341,7 @@ def test_flagship_targets_use_every_dataset_even_where_retrieval_order_is_strong
     assert t["per_dataset"]["popqa"]["class"] == "worse" and t["n_worse"] == 2
     text = format_flagship_targets(r)
     assert _row(text, "Average above retrieval order")[1] == f"{flag - ret:+.2f}"
-    assert "PopQA -5.00 [-8.00, -2.00] vs RAG baseline (retrieval order)" in text
+    assert "PopQA -5.00 [-8.00, -2.00] p=0.0100 vs RAG baseline (retrieval order)" in text
 
 
 def test_headline_names_the_winner_its_margin_and_interval_at_the_top():
@@ -385,3 +385,21 @@ def test_bench_profiles_evaluate_on_grouped_splits():
     from chunksel.study.profiles import PROFILES
 
     assert all(p.split == "grouped" for p in PROFILES.values()) and "grouped" in SPLIT_SCHEMES
+
+
+def test_significance_needs_the_interval_and_mcnemar_to_agree():
+    """A row is significantly better (or worse) only when its interval excludes 0 and
+    McNemar's p < 0.05: an interval alone (PopQA, large profile: p = 0.078) is a tie."""
+    from chunksel.study.records import Comparison
+    from chunksel.study.targets import flagship_targets, format_flagship_targets
+
+    both = Comparison("a", "b", diff=2.45, lo=1.25, hi=3.67, p=0.0002, n=100)
+    interval_only = Comparison("a", "b", diff=4.22, lo=0.30, hi=8.30, p=0.078, n=100)
+    mcnemar_only = Comparison("a", "b", diff=1.0, lo=-0.5, hi=2.5, p=0.01, n=100)
+    below = Comparison("a", "b", diff=-3.0, lo=-5.0, hi=-1.0, p=0.02, n=100)
+    assert [c.verdict() for c in (both, interval_only, mcnemar_only, below)] == ["better", "tie", "tie", "worse"]
+    r = _flagship_results("large")
+    r["significance"]["triviaqa"][0].update(lo=0.3, hi=8.3, p=0.078)
+    t = flagship_targets(r)
+    assert t["per_dataset"]["triviaqa"]["class"] == "tie" and t["per_dataset"]["triviaqa"]["interval_only"]
+    assert "on TriviaQA the interval alone excludes 0" in format_flagship_targets(r)

@@ -46,21 +46,15 @@ def maxsim_matrix(instances, cache_file: Path, batch: int = 64) -> np.ndarray:
     """(B, K) MaxSim of every candidate (-inf at padding), cached in ``cache_file`` by question."""
     from tqdm.auto import tqdm
 
-    from chunksel.retrieval.encoder import Encoder
-    from chunksel.retrieval.tokens import maxsim, token_vectors
     from chunksel.selectors.maxsim import MaxSimSelector
 
     done: dict[str, list[float]] = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
     todo = [i for i in instances if i.id not in done]
-    enc, sel = Encoder(), MaxSimSelector()
+    sel = MaxSimSelector()  # the `maxsim` row itself, so the feature is that row's score
     for start in tqdm(range(0, len(todo), batch), desc=f"maxsim {cache_file.stem}", disable=not todo):
         part = todo[start:start + batch]
-        texts = [t for inst in part for t in (inst.question.text, *map(sel.chunk_text, inst.candidates))]
-        vecs = token_vectors(enc, texts)
-        at = 0
-        for inst in part:
-            done[inst.id] = [maxsim(vecs[at], vecs[at + 1 + j]) for j in range(len(inst.candidates))]
-            at += 1 + len(inst.candidates)
+        for inst, row in zip(part, sel.score(part), strict=True):
+            done[inst.id] = [float(x) for x in row[: len(inst.candidates)]]
         tmp = cache_file.with_suffix(f".{os.getpid()}.part")
         tmp.write_text(json.dumps(done))
         os.replace(tmp, cache_file)  # resumable: every finished batch is kept

@@ -56,11 +56,6 @@ class ReferenceLabels:
     pairs: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     sample: dict[str, str] = field(default_factory=dict)
 
-    def covers(self, inst: Instance) -> bool:
-        """Whether every candidate of ``inst`` has a reference label."""
-        qid = inst.question.id
-        return qid in self.sample and all((qid, c.id) in self.pairs for c in inst.candidates)
-
     def matrix(self, inst: Instance, source: str = EVIDENCE) -> list[int]:
         """``inst``'s candidates' labels under ``source``; DataError for an unlabelled one."""
         col = REFERENCE_SOURCES.index(source)

@@ -50,10 +50,11 @@ def semantic(study: Any, baselines: Sequence[str], root: Any = None) -> dict[str
     """``results["semantic"]`` for ``study`` (after Table 1); ``{}`` when no dataset of the
     study has reference labels (or the data root has none)."""
     from chunksel.data.reference_labels import load_reference, reference_datasets
+    from chunksel.errors import DataError
 
     try:
         have = set(reference_datasets(root))
-    except Exception:  # no data root configured: nothing to read
+    except DataError:  # no data root configured, or none there: nothing to read
         return {}
     datasets = [ds for ds in study.datasets if ds in have]
     if not datasets or study.part_of:

@@ -8,9 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from chunksel.study.format import Results, bold_best, md_table
+from chunksel.study.format import Results, bold_best, fmt, md_table
 from chunksel.study.names import DASH, dataset_label, selector_label
 from chunksel.study.results import as_results
 
@@ -19,10 +17,6 @@ from chunksel.study.results import as_results
 PAPER_AGREEMENT = 78.0
 PAPER_MARGIN = 2.49
 _REFERENCE_ROLES = ("reference",)
-
-
-def _f(x: Any, digits: int = 2) -> str:
-    return DASH if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{x:.{digits}f}"
 
 
 def _columns(sem: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -94,11 +88,11 @@ def _rank1_table(sem: Mapping[str, Any], cols: Sequence[tuple[str, str, str]], r
         for ds, sub, _ in cols:
             r = sem["datasets"][ds]["subsets"][sub]["rows"].get(n, {})
             s, o = (r.get(lab, {}).get("mean") for lab in ("semantic", "own"))
-            cells.append(f"{_f(s)} / {_f(o)}")
+            cells.append(f"{fmt(s)} / {fmt(o)}")
             v.append(s)
         for sub in ("all", "random"):
             r = (avg.get(sub) or {}).get("rows", {}).get(n, {})
-            cells.append(f"{_f(r.get('semantic'))} / {_f(r.get('own'))}")
+            cells.append(f"{fmt(r.get('semantic'))} / {fmt(r.get('own'))}")
             v.append(r.get("semantic"))
         body.append(cells)
         vals.append(v)
@@ -167,7 +161,7 @@ def _flagship_sentence(res: Any, sem: Mapping[str, Any]) -> str:
         return ""
     text = (f"Target, the flagship at or above the strongest peer ({selector_label(v['peer'])}, chosen on "
             f"validation under the own labels) on the semantic average of all labelled questions: "
-            f"{_f(v['flagship_average'])} against {_f(v['peer_average'])}, Δ {v['diff']:+.2f} "
+            f"{fmt(v['flagship_average'])} against {fmt(v['peer_average'])}, Δ {v['diff']:+.2f} "
             f"[{v['lo']:+.2f}, {v['hi']:+.2f}]: **{'met' if v['met'] else 'missed'}**")
     if "random" in v:
         r = v["random"]
@@ -214,7 +208,7 @@ def _agreement_table(res: Any, sem: Mapping[str, Any]) -> str:
         sub = e["subsets"].get("all") or e["subsets"].get("random")
         for what, a in sub["agreement"].items():
             name = f"own labels (`{specs.get(ds) or 'default'}`)" if what == "own" else "answer containment"
-            lines.append([dataset_label(ds), name, str(a["pairs"]), f"{100 * a['agreement']:.1f}", _f(a["kappa"], 3),
+            lines.append([dataset_label(ds), name, str(a["pairs"]), f"{100 * a['agreement']:.1f}", fmt(a["kappa"], 3),
                           f"{a['rejected']} of {a['positives']}", f"{a['missed']} of {a['reference_positives']}"])
     table = md_table(["Dataset", "Labels", "Pairs", "Agreement (%)", "Kappa", "Positives the reference rejects",
                       "Reference positives missed"], lines, ["l", "l", "r", "r", "r", "r", "r"])
@@ -231,7 +225,7 @@ def _abstention_table(sem: Mapping[str, Any]) -> str:
             au, k2 = a["auto"], a["k2"]
             rec = (lambda x: DASH if x is None else f"{100 * x:.1f}")  # noqa: E731
             lines.append([dataset_label(ds), selector_label(n), f"{a['n_sets']} ({a['answerable']})",
-                          _f(a["auroc"], 3), f"{au['mean_kept']:.2f} / {rec(au['evidence_recall'])}",
+                          fmt(a["auroc"], 3), f"{au['mean_kept']:.2f} / {rec(au['evidence_recall'])}",
                           f"{k2['mean_kept']:.2f} / {rec(k2['evidence_recall'])}"])
     if not lines:
         return ""

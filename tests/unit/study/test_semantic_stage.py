@@ -119,7 +119,14 @@ def test_report_section_reproduces_from_results_json(toy):
     again = load_results(out)
     assert format_semantic(again) and format_semantic(again) in (out / "report.md").read_text()
     assert render_markdown(again, {}) == render_markdown(json.loads((out / "results.json").read_text()), {})
-    assert semantic_verdict(again, "lambdamart") is None or "met" in semantic_verdict(again, "lambdamart")
+    sem = again.semantic
+    other = "retrieval" if sem["peer"] == "lambdamart" else "lambdamart"
+    v = semantic_verdict(again, other)  # the row against the validation-chosen peer, on the semantic average
+    avg = sem["average"]["all"]
+    assert v["peer"] == sem["peer"] and v["flagship_average"] == avg["rows"][other]["semantic"]
+    assert v["diff"] == pytest.approx(avg["rows"][other]["semantic"] - avg["rows"][sem["peer"]]["semantic"])
+    assert v["met"] == (v["diff"] >= 0) and v["lo"] <= v["diff"] <= v["hi"]
+    assert semantic_verdict(again, sem["peer"]) is None  # the peer is not compared with itself
 
 
 def test_fits_refuse_reference_labelled_instances():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 
 from chunksel.cli.common import add_common, add_data_source, dataset_args, parse_params
@@ -17,7 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_data_source(p)
     p.add_argument("--selector", required=True)
     p.add_argument("--out", required=True, help="directory to save the trained selector")
-    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--k", type=int, default=5,
+                   help="candidates per question; a selector with a fixed K (a `k` setting) is trained for it")
     p.add_argument("--index", choices=["flat", "ivfpq"], default="flat")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
@@ -35,7 +37,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     progress = not settings.quiet
     # every setting is checked before any data is built or model loaded
     cls = get_selector_class(args.selector)
-    sel = cls(**coerce_params(cls, parse_params(args.param), "--param", text=True))
+    params = coerce_params(cls, parse_params(args.param), "--param", text=True)
+    if "k" in inspect.signature(cls).parameters and "k" not in params:
+        params["k"] = args.k  # --k 20 trains a model for 20 candidates, not the default 5
+    sel = cls(**params)
     check = getattr(sel, "_validate", None)
     if callable(check):
         check()

@@ -56,7 +56,8 @@ class AnchoredState:
         model: the trained scorer (:class:`~chunksel.nn.anchored.AnchoredScorer` or
             :class:`~chunksel.nn.anchored.AnchoredEnsemble`).
         blocks: the selector's input blocks.
-        k: candidates per instance (K); emb_dim: the retriever embeddings' size.
+        k: the fixed candidate count (the ``chunk`` block's K), None for any K;
+            emb_dim: the retriever embeddings' size.
         h_dim, r_dim: the generator features' sizes (0 for a block not used).
         x_mean, x_scale: the question-side input's scaler (None: no prototype term).
         phi_mean, phi_scale: the interaction features' scaler (None: no interaction term).
@@ -66,7 +67,7 @@ class AnchoredState:
 
     model: Any
     blocks: tuple[str, ...]
-    k: int
+    k: int | None
     emb_dim: int
     h_dim: int
     r_dim: int
@@ -148,7 +149,7 @@ def _example(state: AnchoredState, n: int = 2):
     import torch
 
     lay = {"h": state.h_dim, "r": state.r_dim}
-    k, d = state.k, state.emb_dim
+    k, d = state.k or 5, state.emb_dim  # any K: 5 is only the example's
     out = []
     for name in input_names(state):
         if name in lay:
@@ -172,6 +173,10 @@ def anchored_graph_bytes(selector: Any, quantize: str = "fp32") -> bytes:
     names = input_names(state)
     dyn = {n: {0: "n"} for n in names}
     dyn["scores"] = {0: "n"}
+    if state.k is None:  # no chunk block: any number of candidates
+        for n in ("e", "phi", "scores"):
+            if n in dyn:
+                dyn[n] = {0: "n", 1: "k"}
     buf = io.BytesIO()
     with torch.no_grad():
         torch.onnx.export(graph_module(state), _example(state), buf, dynamo=False, input_names=names,
@@ -184,7 +189,7 @@ def anchored_graph_bytes(selector: Any, quantize: str = "fp32") -> bytes:
         "chunksel.format": str(EXPORT_FORMAT),
         "chunksel.inputs": json.dumps(names),
         "chunksel.blocks": json.dumps(list(state.blocks)),
-        "chunksel.k": str(state.k),
+        "chunksel.k": str(state.k or 0),  # 0: any K
         "chunksel.anchor": state.anchor,
         "chunksel.quantize": quantize,
         "chunksel.generator_id": state.generator_id,
@@ -241,7 +246,8 @@ class OnnxAnchored:
         # an input the traced scorer never reads (``q`` without a prototype term) is not
         # a graph input: it is checked for, but not fed
         self._fed = {i.name for i in self.session.get_inputs()}
-        self.k = int(meta["chunksel.k"])
+        #: the fixed candidate count, None for any K
+        self.k = int(meta["chunksel.k"]) or None
         self.meta = dict(meta)
 
     def scores(self, **arrays: np.ndarray) -> np.ndarray:

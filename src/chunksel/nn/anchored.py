@@ -59,12 +59,12 @@ def _mlp(in_dim: int, hidden: int, depth: int, out_dim: int, dropout: float) -> 
 
 
 class AnchoredScorer(nn.Module):
-    """Scores ``(B, K)`` logits from question features, embeddings and interaction features.
+    """Scores ``(B, K)`` logits from question features, embeddings and interaction features,
+    for any number of candidates K (no weight depends on K).
 
     Args:
         x_dim: dimension of the (scaled) question-side input ``x`` (0: no prototype term).
         phi_dim: per-candidate interaction features (0: no interaction term).
-        k: candidates per instance.
         emb_dim: the retriever's embedding dimension (384 for MiniLM).
         hidden, depth: the prototype MLP ``g``.
         phi_hidden, phi_depth: the interaction MLP ``u``.
@@ -78,7 +78,6 @@ class AnchoredScorer(nn.Module):
         self,
         x_dim: int,
         phi_dim: int,
-        k: int,
         emb_dim: int = 384,
         hidden: int = 64,
         depth: int = 2,
@@ -90,19 +89,18 @@ class AnchoredScorer(nn.Module):
         phi_linear: bool = True,
     ) -> None:
         super().__init__()
-        if k < 1 or emb_dim < 1 or x_dim < 0 or phi_dim < 0:
-            raise ValueError(f"AnchoredScorer needs k, emb_dim >= 1 and x_dim, phi_dim >= 0; got "
-                             f"k={k} emb_dim={emb_dim} x_dim={x_dim} phi_dim={phi_dim}")
+        if emb_dim < 1 or x_dim < 0 or phi_dim < 0:
+            raise ValueError(f"AnchoredScorer needs emb_dim >= 1 and x_dim, phi_dim >= 0; got "
+                             f"emb_dim={emb_dim} x_dim={x_dim} phi_dim={phi_dim}")
         if tau <= 0 or beta <= 0:
             raise ValueError(f"tau and beta must be > 0, got tau={tau} beta={beta}")
-        self.x_dim, self.phi_dim, self.k, self.emb_dim, self.tau = x_dim, phi_dim, k, emb_dim, tau
+        self.x_dim, self.phi_dim, self.emb_dim, self.tau = x_dim, phi_dim, emb_dim, tau
         self.g = _mlp(x_dim, hidden, depth, emb_dim, dropout) if x_dim else None
         self.u = _mlp(phi_dim, phi_hidden, phi_depth, 1, dropout) if phi_dim else None
         # a linear path beside u (no dropout): w . phi_k, zero at initialisation
         self.w = _mlp(phi_dim, 0, 0, 1, 0.0) if phi_dim and phi_linear else None
         # beta = softplus(log_beta) stays positive
         self.log_beta = nn.Parameter(torch.tensor(float(beta)).expm1().log())
-        self.register_buffer("rank", -torch.arange(k, dtype=torch.float32), persistent=False)
 
     @property
     def beta(self) -> torch.Tensor:
@@ -122,8 +120,10 @@ class AnchoredScorer(nn.Module):
         phi: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``q`` (B, d) unit, ``e`` (B, K, d) (zeros at padding), ``x`` (B, x_dim),
-        ``phi`` (B, K, phi_dim) -> (B, K) logits (padding is left to the caller's mask)."""
-        s = self.beta * self.rank[: e.shape[1]].unsqueeze(0).expand(e.shape[0], -1)
+        ``phi`` (B, K, phi_dim) -> (B, K) logits (padding is left to the caller's mask).
+        Any K: the anchor's ranks are the positions ``0..K-1`` of this call."""
+        rank = -torch.arange(e.shape[1], dtype=e.dtype, device=e.device)
+        s = self.beta * rank.unsqueeze(0).expand(e.shape[0], -1)
         if self.g is not None:
             p = self.prototype(q, x)
             en = F.normalize(e, dim=-1)

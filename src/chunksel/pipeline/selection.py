@@ -105,5 +105,8 @@ def max_chunks(selector: Any) -> int | None:
     layout = getattr(selector, "layout_", None)
     if layout is not None and getattr(layout, "k", None):
         return int(layout.k)
+    if hasattr(type(selector), "fixed_k"):  # a selector that says which K it scores
+        fixed = selector.fixed_k
+        return None if fixed is None else int(fixed)
     k = getattr(selector, "k", None)
     return int(k) if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None

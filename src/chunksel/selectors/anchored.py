@@ -90,7 +90,9 @@ class AnchoredPrototypeSelector(Selector):
     prototype and interaction corrections.
 
     Args:
-        k: candidates per instance (K); fewer are padded and masked, more are cut.
+        k: the K of the ``chunk`` block (the candidates' embeddings flattened into the
+            prototype's input): fewer are padded and masked, more are cut. Without that
+            block the selector scores every candidate, any K (:attr:`fixed_k` is None).
         blocks: inputs (subset of "hs", "rw", "q", "chunk", "letor", "lambdamart").
         hidden, depth: the prototype MLP g (its last layer starts at zero).
         phi_hidden, phi_depth: the interaction MLP u (its last layer starts at zero).
@@ -201,9 +203,20 @@ class AnchoredPrototypeSelector(Selector):
             select_on=self.select_on, seed=self.seed, device=self.device, progress=self.progress,
         )
 
+    @property
+    def fixed_k(self) -> int | None:
+        """The candidates it scores: ``k`` with the ``chunk`` block (the K embeddings
+        flattened into the prototype's input), else None: every candidate, any K."""
+        return int(self.k) if "chunk" in self.blocks else None
+
+    def _k_of(self, batch: Sequence[Instance]) -> int:
+        """The arrays' candidate axis for ``batch``: the fixed K, else its longest list."""
+        return self.fixed_k or max((len(i.candidates) for i in batch), default=1) or 1
+
     def _embeddings(self, batch: Sequence[Instance]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Unit ``q`` (B, d), unit ``e`` (B, K, d) (zeros at padding) and the (B, K) real mask."""
-        q, e, m = embedding_arrays(batch, self.k, getattr(self, "emb_dim_", None), "the anchored selector")
+        q, e, m = embedding_arrays(batch, self._k_of(batch), getattr(self, "emb_dim_", None),
+                                   "the anchored selector")
         return _unit(q), _unit(e), m
 
     def _anchor(self) -> str:
@@ -234,7 +247,7 @@ class AnchoredPrototypeSelector(Selector):
 
     def _letor(self, batch: Sequence[Instance]) -> np.ndarray:
         """(B, K, 12) LETOR features (0 at padding)."""
-        return letor_block(batch, self.corpus, self.k1, self.b, self.k)
+        return letor_block(batch, self.corpus, self.k1, self.b, self._k_of(batch))
 
     def _ltr_scores(self, lf: np.ndarray, m: np.ndarray) -> np.ndarray:
         """(B, K) scores of the internal LambdaMART (0 at padding)."""
@@ -247,7 +260,7 @@ class AnchoredPrototypeSelector(Selector):
 
         self.ltr_, scores = fit_internal_lambdamart(
             train, val, lambda batch: (self._letor(batch), self._embeddings(batch)[2]),
-            label=self.label, k=self.k, seed=self.seed, folds=self.ltr_folds)
+            label=self.label, k=self._k_of(train), seed=self.seed, folds=self.ltr_folds)
         return scores
 
     def _x(self, batch: Sequence[Instance], features: QuestionFeatures | None, q: np.ndarray,
@@ -308,7 +321,7 @@ class AnchoredPrototypeSelector(Selector):
         self._check_fitted()
         xs, ps = self.x_scaler_, self.phi_scaler_
         return AnchoredState(
-            model=self.model_, blocks=tuple(self.blocks), k=self.k, emb_dim=self.emb_dim_, h_dim=self.h_dim_,
+            model=self.model_, blocks=tuple(self.blocks), k=self.fixed_k, emb_dim=self.emb_dim_, h_dim=self.h_dim_,
             r_dim=self.r_dim_, x_mean=None if xs is None else xs.mean_, x_scale=None if xs is None else xs.scale_,
             phi_mean=None if ps is None else ps.mean_, phi_scale=None if ps is None else ps.scale_,
             anchor=self._anchor(), generator_id=self.generator_id, encoder_id=self.encoder_id,
@@ -328,9 +341,9 @@ class AnchoredPrototypeSelector(Selector):
             phi = interaction_features(self.blocks, q, e, m, lf, ltr)
         y = None
         if labels:
-            y = np.zeros((len(batch), self.k), dtype=np.int8)
+            y = np.zeros((len(batch), self._k_of(batch)), dtype=np.int8)
             for i, inst in enumerate(batch):
-                lab = inst.labels(self.label)[: self.k]
+                lab = inst.labels(self.label)[: y.shape[1]]
                 y[i, : len(lab)] = lab
         if self._anchor() == "lambdamart":
             # real candidates first, by score; ties keep the retrieval order
@@ -361,8 +374,8 @@ class AnchoredPrototypeSelector(Selector):
 
     # ----------------------------------------------------------------- fitting
     def _validate(self) -> None:
-        if self.k < 1:
-            raise ConfigError(f"k must be >= 1, got {self.k}")
+        if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
+            raise ConfigError(f"k must be an integer >= 1, got {self.k!r}")
         if self.tau <= 0:
             raise ConfigError(f"tau must be > 0, got {self.tau}")
         for name in ("hidden", "depth", "phi_hidden", "phi_depth", "batch_size", "max_epochs", "members"):
@@ -416,7 +429,7 @@ class AnchoredPrototypeSelector(Selector):
         if self.engine == "onnxruntime":
             from chunksel.export.anchored import onnx_scores
 
-            return onnx_scores(self, self.graph_inputs(batch, features))[:, : min(k, self.k)]
+            return onnx_scores(self, self.graph_inputs(batch, features))[:, :k]
         arr = self._scale(self._arrays(batch, features, labels=False))
 
         def t(a):
@@ -427,7 +440,7 @@ class AnchoredPrototypeSelector(Selector):
             back = np.empty_like(s)
             np.put_along_axis(back, arr["order"], s, axis=1)
             s = back
-        return s[:, : min(k, self.k)]
+        return s[:, :k]
 
     # --------------------------------------------------------------- save/load
     def _state_config(self) -> dict[str, Any]:
@@ -477,7 +490,7 @@ class AnchoredPrototypeSelector(Selector):
             n = len({k.split(".")[1] for k in weights if k.startswith("members.")})
 
             def scorer(prefix: str) -> AnchoredScorer:
-                return AnchoredScorer(x_dim, phi_dim, self.k, self.emb_dim_, self.hidden, self.depth,
+                return AnchoredScorer(x_dim, phi_dim, self.emb_dim_, self.hidden, self.depth,
                                       self.phi_hidden, self.phi_depth, self.dropout, self.tau,
                                       phi_linear=any(k.startswith(prefix + "w.") for k in weights))
 

@@ -194,7 +194,7 @@ def train_anchored(
     x_dim = 0 if tdata.x is None else int(tdata.x.shape[1])
     phi_dim = 0 if tdata.phi is None else int(tdata.phi.shape[2])
     model = AnchoredScorer(
-        x_dim, phi_dim, int(tdata.e.shape[1]), int(tdata.e.shape[2]), cfg.hidden, cfg.depth,
+        x_dim, phi_dim, int(tdata.e.shape[2]), cfg.hidden, cfg.depth,
         cfg.phi_hidden, cfg.phi_depth, cfg.dropout, cfg.tau,
     ).to(cfg.device)
 
@@ -292,7 +292,7 @@ def train_anchored_ensemble(
             seed_everything(cfg.seed)
             first = models[0]
             ens = AnchoredEnsemble([AnchoredScorer(
-                first.x_dim, first.phi_dim, first.k, first.emb_dim, cfg.hidden, cfg.depth,
+                first.x_dim, first.phi_dim, first.emb_dim, cfg.hidden, cfg.depth,
                 cfg.phi_hidden, cfg.phi_depth, cfg.dropout, cfg.tau)]).eval()
             out.update(best_epoch=0, best_val_acc=sums[0].val_acc_retrieval, guard_fallback=True)
     return ens, out

@@ -43,7 +43,7 @@ def _rank1(scores: np.ndarray, batch: list[Instance]) -> float:
 
 def test_untrained_scorer_is_retrieval_order():
     torch.manual_seed(0)
-    model = AnchoredScorer(x_dim=12, phi_dim=7, k=5, emb_dim=8).eval()
+    model = AnchoredScorer(x_dim=12, phi_dim=7, emb_dim=8).eval()
     q = torch.nn.functional.normalize(torch.randn(64, 8), dim=-1)
     e = torch.nn.functional.normalize(torch.randn(64, 5, 8), dim=-1)
     with torch.no_grad():
@@ -55,7 +55,7 @@ def test_untrained_scorer_is_retrieval_order():
 
 def test_ensemble_is_retrieval_order_untrained_and_the_mean_of_its_members():
     torch.manual_seed(0)
-    members = [AnchoredScorer(x_dim=12, phi_dim=7, k=5, emb_dim=8).eval() for _ in range(3)]
+    members = [AnchoredScorer(x_dim=12, phi_dim=7, emb_dim=8).eval() for _ in range(3)]
     ens = AnchoredEnsemble(members).eval()
     q = torch.nn.functional.normalize(torch.randn(32, 8), dim=-1)
     e = torch.nn.functional.normalize(torch.randn(32, 5, 8), dim=-1)
@@ -310,7 +310,7 @@ def test_lambdamart_anchor_untrained_ranks_as_lambdamart_and_scores_come_back_in
     sel.fit(train, None, val)
     lf, (_, _, m) = sel._letor(inst), sel._embeddings(inst)
     ltr = np.where(m, sel._ltr_scores(lf, m), -np.inf)
-    untrained = AnchoredScorer(sel.model_.members[0].x_dim, sel.model_.members[0].phi_dim, 5,
+    untrained = AnchoredScorer(sel.model_.members[0].x_dim, sel.model_.members[0].phi_dim,
                                sel.emb_dim_, 16, 2, 8, 2, 0.3, 0.1)
     sel.model_ = untrained.eval()
     scores = sel.score(inst)
@@ -368,3 +368,49 @@ def test_auto_anchor_follows_the_blocks_and_old_checkpoints_stay_retrieval_ancho
     cfg_file.write_text(text)
     old = load_selector(tmp_path / "m")
     assert old._anchor() == "retrieval"
+
+
+def _move_positive(inst: Instance, to: int) -> Instance:
+    """``inst`` with its positive candidate moved to position ``to`` (scores and ranks
+    follow the positions)."""
+    from dataclasses import replace
+
+    cands = list(inst.candidates)
+    pos = int(np.flatnonzero(inst.labels())[0])
+    cands.insert(to, cands.pop(pos))
+    cands = [replace(c, score=1.0 - 0.01 * j, rank=j) for j, c in enumerate(cands)]
+    return Instance(question=inst.question, candidates=cands, split="test", label_source=inst.label_source)
+
+
+def test_without_the_chunk_block_every_candidate_is_scored_any_k(tmp_path):
+    """Trained on 5 candidates, the selector without the ``chunk`` block scores lists of
+    1 to 20 (no chunk left unscored), the ONNX graph takes any K as torch does, and the
+    positive at position 13 of a 20-chunk list can win; with the ``chunk`` block K is fixed."""
+    from chunksel.export.anchored import OnnxAnchored, export_anchored
+    from chunksel.pipeline.selection import max_chunks
+
+    inst = make_toy_instances(n=60, seed=3)
+    corpus = _corpus(inst + make_toy_instances(n=20, k=20, seed=4), tmp_path / "c.tsv")
+    sel = make_selector("anchored", corpus=corpus, blocks="q+letor+lambdamart", max_epochs=6, lr=1e-2,
+                        ltr_folds=2, **SMALL)
+    assert sel.fixed_k is None and max_chunks(sel) is None
+    assert make_selector("anchored").fixed_k == 5 and max_chunks(make_selector("anchored", k=7)) == 7
+    sel.fit([x for x in inst if x.split == "train"], None, [x for x in inst if x.split == "val"])
+    sel.save(tmp_path / "m")
+    loaded = load_selector(tmp_path / "m")
+    long = make_toy_instances(n=20, k=20, seed=4)
+    for one in (long, [long[0].__class__(question=long[0].question, candidates=long[0].candidates[:1],
+                                         split="test", label_source="containment")]):
+        s = loaded.score(one)
+        assert s.shape == (len(one), max(len(i.candidates) for i in one))
+        for row, i in zip(s, one, strict=True):
+            assert np.isfinite(row[: len(i.candidates)]).all()
+    # the evidence at position 13 of 20, four questions: found each time
+    at13 = [_move_positive(i, 13) for i in long[:4]]
+    assert [int(np.argmax(row)) for row in loaded.score(at13)] == [13] * 4
+    assert _rank1(loaded.score(long), long) > _rank1(np.tile(-np.arange(20.0), (len(long), 1)), long)
+    pytest.importorskip("onnxruntime")
+    runner = OnnxAnchored(export_anchored(loaded, tmp_path / "a.onnx"))
+    assert runner.k is None
+    np.testing.assert_allclose(runner.scores(**loaded.graph_inputs(long))[np.isfinite(loaded.score(long))],
+                               loaded.score(long)[np.isfinite(loaded.score(long))], atol=1e-4)

@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-servers bench bench-full bench-large lint models
+.PHONY: install test test-servers bench bench-full bench-large lint models pretrained
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,10 @@ lint: install
 
 bench: install models
 	$(BIN)/chunksel bench --profile quick --threads 1 --jobs 2
+
+# rebuild the shipped pretrained selectors (src/chunksel/pretrained/models) from the shared data
+pretrained: install models
+	$(BIN)/python -m chunksel.study.pretrain
 
 bench-full: install models
 	$(BIN)/chunksel bench --profile full --threads 1 --jobs 2 --out reports/full

@@ -276,8 +276,9 @@ _NOT_APPLICATION = {"oracle": "it reads the gold labels, which a new question do
 
 def load_or_make(path: str | Path, quantize: str | None = None, engine: str | None = None) -> tuple[Any, Any]:
     """``ChunkSelector.load``'s selector: a saved selector directory (checksums verified),
-    or the registered name of one that needs no training; returns (selector, the
-    directory or None).
+    the name of a shipped pretrained one (``"anchored-base"``, ``"lambdamart-base"``,
+    :mod:`chunksel.pretrained`), or the registered name of one that needs no training;
+    returns (selector, the directory or None).
 
     Raises:
         ConfigError: a registered name that must be trained first (the message says
@@ -287,7 +288,11 @@ def load_or_make(path: str | Path, quantize: str | None = None, engine: str | No
     from chunksel.selectors import REGISTRY, get_selector_class, make_selector
     from chunksel.selectors.base import read_config
 
+    from chunksel.pretrained import PRETRAINED, is_pretrained, pretrained_dir
+
     name = str(path)
+    if is_pretrained(name) and not Path(path).expanduser().exists():
+        path = pretrained_dir(name)  # a shipped model: loads as a saved folder
     if name in REGISTRY and not Path(path).expanduser().exists():
         if quantize is not None or engine is not None:
             raise ConfigError(f"quantize= and engine= apply to a saved prototype selector, not {name!r}")
@@ -303,8 +308,8 @@ def load_or_make(path: str | Path, quantize: str | None = None, engine: str | No
     except DataError as err:
         if any(ch in str(path) for ch in "/\\") or str(path).startswith((".", "~")):
             raise
-        raise DataError(f"{err}; nor is {str(path)!r} a registered selector (known: "
-                        f"{', '.join(sorted(REGISTRY))})") from None
+        raise DataError(f"{err}; nor is {str(path)!r} a pretrained selector ({', '.join(PRETRAINED)}) or a "
+                        f"registered one (known: {', '.join(sorted(REGISTRY))})") from None
     cls_ = get_selector_class(name)
     if quantize is not None or engine is not None:
         if name != "prototype":

@@ -466,6 +466,11 @@ def make_selector(name: str, **params: Any) -> Selector:
 
 
 def load_selector(path: str | Path) -> Selector:
-    """Load any saved selector, dispatching on the name in its config.json."""
+    """Load any saved selector, dispatching on the name in its config.json; ``path`` may
+    name a shipped pretrained selector (:mod:`chunksel.pretrained`)."""
+    from chunksel.pretrained import is_pretrained, pretrained_dir
+
+    if is_pretrained(str(path)) and not Path(path).expanduser().exists():
+        path = pretrained_dir(str(path))
     config = read_config(path)
     return get_selector_class(config["name"]).load(path)

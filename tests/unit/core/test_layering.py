@@ -5,10 +5,11 @@ Every ``import`` / ``from ... import`` of a ``chunksel`` module counts, also tho
 functions (a lazy import still ties the two modules together). Layers, lowest first; a
 module may import its own layer or a lower one:
 
-    types, config, errors, settings, threads  <-  data, nn  <-  retrieval, labels, llm, features, export
+    types, config, errors, settings, threads  <-  data, nn, pretrained  <-  retrieval, labels, llm, features, export
     <-  training, selectors, bulk  <-  eval, build, pipeline  <-  study  <-  cli
 
-``export`` (every ONNX graph) sits right above ``nn``, not beside ``pipeline``: the
+``pretrained`` (the names and folder of the shipped models; their recipe is
+``study/pretrain.py``) sits beside ``data``. ``export`` (every ONNX graph) sits right above ``nn``, not beside ``pipeline``: the
 prototype selector's ``onnxruntime`` engine runs the exported graph. ``study`` (the
 benchmark study) is above everything it measures; ``cli`` is on top.
 
@@ -30,7 +31,7 @@ import chunksel
 ROOT = Path(chunksel.__file__).resolve().parent
 LAYERS: list[set[str]] = [
     {"types", "config", "errors", "settings", "threads", "__init__"},
-    {"data", "nn"},
+    {"data", "nn", "pretrained"},
     {"retrieval", "labels", "llm", "features", "export"},
     {"training", "selectors", "bulk"},
     {"eval", "build", "pipeline"},

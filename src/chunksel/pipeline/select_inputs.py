@@ -285,10 +285,9 @@ def load_or_make(path: str | Path, quantize: str | None = None, engine: str | No
             how), ``quantize=`` / ``engine=`` on anything but a saved prototype.
         DataError: neither a saved selector directory nor a registered name.
     """
+    from chunksel.pretrained import PRETRAINED, is_pretrained, pretrained_dir
     from chunksel.selectors import REGISTRY, get_selector_class, make_selector
     from chunksel.selectors.base import read_config
-
-    from chunksel.pretrained import PRETRAINED, is_pretrained, pretrained_dir
 
     name = str(path)
     if is_pretrained(name) and not Path(path).expanduser().exists():

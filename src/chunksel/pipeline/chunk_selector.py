@@ -21,6 +21,7 @@ other than the one in the saved provenance is a :class:`~chunksel.errors.DataErr
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import warnings
@@ -184,6 +185,28 @@ class ChunkSelector:
                 "configured: use the encoder it was trained with (or pass chunk_embeddings= from it)"
             )
 
+    def check_embedding_model(self, model: str) -> None:
+        """Raise unless ``model`` (the name of the model the caller's embeddings come from)
+        is the encoder the selector was trained with.
+
+        Raises:
+            DataError: another model; the message names the fix.
+        """
+        want = self.provenance.get("encoder_id") or getattr(self.selector, "encoder_id", "")
+        if not want or "chunk_embedding" not in self.inputs:
+            return
+        def base(name: str) -> str:  # "sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2-<hash>-L256"
+            return re.sub(r"-[0-9a-f]{10}-l\d+$", "", str(name).rsplit("/", 1)[-1].lower())
+
+        short = base(want)
+        if base(model) != short:
+            raise DataError(
+                f"the {self.name} selector compares {want!r} embeddings, but these come from {model!r}: "
+                "its scores would be meaningless. Pass the texts without embeddings (chunksel encodes them "
+                f"with {short}, e.g. ChunkSelector.load(..., encoder='onnx-int8')), or embed the question "
+                f"and chunks with {short} as well"
+            )
+
     def _check_generator(self, got: str) -> None:
         want = self.provenance.get("generator_id") or getattr(self.selector, "generator_id", "")
         if want and got != want:
@@ -245,6 +268,7 @@ class ChunkSelector:
         deadline: float | None = None,
         threshold: float | None = None,
         min_p: float | None = None,
+        embedding_model: str | None = None,
     ) -> ChunkSelection:
         """Choose the top ``k`` chunks for ``question`` (possibly none, see ``k="auto"``).
 
@@ -274,6 +298,9 @@ class ChunkSelector:
                 (encode, warm-up, score).
             threshold: keep only chunks with P(evidence) >= it (may keep none).
             min_p: keep none when P(some chunk holds the evidence) is below it.
+            embedding_model: the name of the model the caller's embeddings come from;
+                another model than the selector's encoder is a ``DataError`` naming the
+                fix (without it, only a dimension that differs is caught).
 
         ``k="auto"``, ``threshold`` and ``min_p`` need a calibrated selector (fitted with
         a validation split); :mod:`chunksel.pipeline.select_rules` has the rules.
@@ -295,7 +322,7 @@ class ChunkSelector:
             chunk_scores=None if chunk_scores is None else [chunk_scores],
             features=None if features is None else [features],
             titles=None if titles is None else [titles],
-            deadline=deadline, threshold=threshold, min_p=min_p,
+            deadline=deadline, threshold=threshold, min_p=min_p, embedding_model=embedding_model,
             _stacklevel=3,
         )[0]
 
@@ -313,11 +340,14 @@ class ChunkSelector:
         deadline: float | None = None,
         threshold: float | None = None,
         min_p: float | None = None,
+        embedding_model: str | None = None,
         _stacklevel: int = 2,
     ) -> list[ChunkSelection]:
         """:meth:`select` for several questions at once (one list entry per question for
         every argument); the encoder, the warm-up pass and the selector run once each."""
         t0 = time.perf_counter()
+        if embedding_model is not None:
+            self.check_embedding_model(embedding_model)
         check_rule(k, threshold, min_p, self.calibrator, self.name)
         questions = check_questions(questions)
         b = len(questions)

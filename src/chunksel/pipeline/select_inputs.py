@@ -88,7 +88,9 @@ def check_chunks(chunks_l: list[Any], emb_l: list[Any], scores_l: list[Any], tit
                                   f"chunk_embeddings must be a non-empty (n, d) array, got shape {emb.shape}")
             if dim and emb.shape[1] != dim:
                 raise field_error("chunk_embeddings", f"chunk_embeddings has shape {emb.shape}, but the {name} "
-                                  f"selector reads {dim}-dimensional embeddings: expected ({emb.shape[0]}, {dim})")
+                                  f"selector reads {dim}-dimensional embeddings: expected ({emb.shape[0]}, {dim}). "
+                                  "Another model's embeddings? Pass the retriever's all-MiniLM-L6-v2 vectors, or "
+                                  "leave the embeddings out and chunksel encodes the texts")
             if not np.isfinite(emb).all():
                 raise field_error("chunk_embeddings", "chunk_embeddings contain NaN or infinite values")
             zero = np.flatnonzero(~emb.any(axis=1))

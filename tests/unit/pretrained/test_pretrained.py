@@ -1,0 +1,159 @@
+"""The shipped pretrained selectors: their files match the manifest and their provenance
+the shared data; they load by name with no data root, score any K, and name the fix for
+another model's embeddings."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from chunksel.errors import DataError
+from chunksel.pretrained import MODELS_DIR, PRETRAINED, pretrained_dir, verify_pretrained
+
+NAMES = sorted(PRETRAINED)
+
+
+def test_every_shipped_file_matches_the_manifest():
+    files = verify_pretrained()
+    for name in NAMES:
+        for part in ("config.json", "PROVENANCE.json", "calibration.json"):
+            assert f"{name}/{part}" in files
+        assert any(f.startswith(f"{name}/corpus_stats/") for f in files)
+
+
+def test_a_changed_missing_or_extra_file_fails_the_check(tmp_path):
+    root = tmp_path / "models"
+    shutil.copytree(MODELS_DIR, root)
+    verify_pretrained(root)
+    (root / "lambdamart-base" / "model.txt").write_text("tree\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"lambdamart-base/model.txt does not match"):
+        verify_pretrained(root)
+    shutil.rmtree(root)
+    shutil.copytree(MODELS_DIR, root)
+    (root / "anchored-base" / "lambdamart.txt").unlink()
+    (root / "anchored-base" / "notes.txt").write_text("x", encoding="utf-8")
+    with pytest.raises(DataError, match=r"lambdamart.txt is missing.*notes.txt is not in"):
+        verify_pretrained(root)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_provenance_records_the_recipe_and_no_trec_dl_topic(name):
+    from chunksel.study import pretrain
+
+    prov = json.loads((pretrained_dir(name) / "PROVENANCE.json").read_text())
+    config = json.loads((pretrained_dir(name) / "config.json").read_text())
+    assert prov["name"] == name and prov["selector"] == config["name"]
+    assert prov["settings"] == config["params"]  # the settings are the saved model's
+    assert len(prov["commit"].split("-")[0]) == 40
+    assert (prov["limit"], prov["k"], prov["split"], prov["corpus_stats"]) == (
+        pretrain.LIMIT, pretrain.K, pretrain.SPLIT, pretrain.CORPUS)
+    assert prov["trec_dl_in_training"] == 0
+    assert prov["data"]["datasets"]["msmarco"]["trec_dl_left_out"] > 0
+    assert sorted(prov["data"]["datasets"]) == sorted(config["provenance"]["datasets"])
+    assert set(config["provenance"]["corpora"].values()) == {pretrain.CORPUS}
+    sel = prov["selection"]
+    assert sel["anchored_blocks"] in pretrain.ANCHORED_CANDIDATES
+    if name == "anchored-base":
+        assert "+".join(config["params"]["blocks"]) == sel["anchored_blocks"]
+        assert not {"hs", "rw", "chunk"} & set(config["params"]["blocks"])  # no generator, any K
+    c = sel["anchored_vs_lambdamart"]
+    told = (c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05
+    assert sel["validation_tells_them_apart"] == told
+
+
+def test_recorded_data_checksums_match_the_shared_data(data_root, monkeypatch):
+    """The shipped models were trained on these files: a change to the data (or the
+    statistics corpus) fails here until `make pretrained` rebuilds them."""
+    from chunksel.build import _qa_checksum
+    from chunksel.selectors.bm25_stats import corpus_checksum
+    from chunksel.study import pretrain
+
+    monkeypatch.setenv("CHUNKSEL_DATA", str(data_root))
+
+    for name in NAMES:
+        data = json.loads((pretrained_dir(name) / "PROVENANCE.json").read_text())["data"]
+        assert data["corpus_stats"] == {pretrain.CORPUS: corpus_checksum(pretrain.CORPUS)}
+        for ds, entry in data["datasets"].items():
+            assert entry["inputs_checksum"] == _qa_checksum(ds, data_root), ds
+
+
+def test_the_recipe_leaves_every_trec_dl_topic_out(data_root, monkeypatch):
+    from chunksel.build import build_instances
+    from chunksel.study import pretrain
+
+    monkeypatch.setenv("CHUNKSEL_DATA", str(data_root))
+
+    train, val, data = pretrain.load_pooled(limit=400, progress=False)
+    pretrain.no_trec_dl(train + val)
+    built = build_instances("msmarco", k=pretrain.K, limit=400, split=pretrain.SPLIT, progress=False)
+    dl = [i for i in built.instances if i.id.startswith(pretrain.TREC_DL_PREFIX)]
+    assert dl and data["datasets"]["msmarco"]["trec_dl_left_out"] == len(dl)
+    with pytest.raises(AssertionError, match="TREC DL"):
+        pretrain.no_trec_dl(dl[:1])
+
+
+def _vectors(texts):
+    from chunksel.retrieval.encoder import Encoder
+
+    return Encoder().encode(texts)
+
+
+@pytest.fixture
+def no_data(monkeypatch, tmp_path):
+    """No data root: the pretrained models need none."""
+    monkeypatch.setenv("CHUNKSEL_DATA", str(tmp_path / "no-data-here"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_loads_by_name_without_data_and_finds_the_evidence_at_position_13_of_20(name, no_data):
+    from chunksel import ChunkSelector
+
+    cs = ChunkSelector.load(name)
+    assert cs.k_max is None  # any K
+    question = "How tall is the Eiffel Tower?"
+    fillers = [f"The {w} season of the local football league ended in a draw." for w in (
+        "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth",
+        "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth", "seventeenth",
+        "eighteenth", "nineteenth")]
+    chunks = fillers[:13] + ["The Eiffel Tower in Paris is 330 metres tall."] + fillers[13:]
+    q, e = _vectors([question])[0], _vectors(chunks)
+    retrieval = e @ q
+    sel = cs.select(question, chunks, k=1, question_embedding=q, chunk_embeddings=e, chunk_scores=retrieval)
+    assert sel.n_scored == 20 and sel.selected[0].index == 13
+    auto = cs.select(question, chunks, k="auto", question_embedding=q, chunk_embeddings=e,
+                     chunk_scores=retrieval)
+    assert [c.index for c in auto.selected][:1] == [13]
+    # from the texts alone (the packaged MiniLM), the same choice
+    assert cs.select(question, chunks, k=1).selected[0].index == 13
+
+
+def test_another_models_embeddings_are_refused_with_the_fix(no_data):
+    from chunksel import ChunkSelector
+
+    cs = ChunkSelector.load("anchored-base")
+    rng = np.random.default_rng(0)
+    with pytest.raises(DataError, match=r"768.*all-MiniLM-L6-v2 vectors, or leave the embeddings out"):
+        cs.select("q?", ["a b", "c d"], question_embedding=rng.normal(size=768),
+                  chunk_embeddings=rng.normal(size=(2, 768)), chunk_scores=[0.5, 0.4])
+    with pytest.raises(DataError, match=r"come from 'BAAI/bge-small-en-v1.5'.*Pass the texts without"):
+        cs.select("q?", ["a b", "c d"], question_embedding=rng.normal(size=384),
+                  chunk_embeddings=rng.normal(size=(2, 384)), chunk_scores=[0.5, 0.4],
+                  embedding_model="BAAI/bge-small-en-v1.5")
+    got = cs.select("q?", ["a b", "c d"], question_embedding=rng.normal(size=384),
+                    chunk_embeddings=rng.normal(size=(2, 384)), chunk_scores=[0.5, 0.4],
+                    embedding_model="sentence-transformers/all-MiniLM-L6-v2")
+    assert got.n_scored == 2
+
+
+def test_a_saved_folder_still_loads_and_an_unknown_name_lists_the_shipped_ones(tmp_path, no_data):
+    from chunksel import ChunkSelector
+    from chunksel.selectors import load_selector
+
+    shutil.copytree(pretrained_dir("lambdamart-base"), tmp_path / "mine")
+    assert ChunkSelector.load(tmp_path / "mine").name == "lambdamart"
+    assert load_selector("anchored-base").name == "anchored"
+    with pytest.raises(DataError, match="anchored-base, lambdamart-base"):
+        ChunkSelector.load("anchored-bass")

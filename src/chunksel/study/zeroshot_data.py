@@ -306,7 +306,13 @@ def _bm25_lists(questions, corpus, tsv: Path, emb: np.ndarray, k: int, progress:
     """bm25s top of the ranking, re-scored exactly with the project's BM25 scorer."""
     from tqdm.auto import tqdm
 
-    from chunksel.selectors.bm25_stats import corpus_checksum, corpus_stats, passage_text, terms, words
+    from chunksel.selectors.bm25_stats import (
+        corpus_checksum,
+        corpus_stats,
+        passage_text,
+        terms,
+        words,
+    )
 
     bm25s = require("bm25s", "ltr")
     stats = corpus_stats(str(tsv), progress=progress)  # builds (once) the bm25s index it loads below

@@ -25,6 +25,7 @@ test: install models
 	$(BIN)/python -m pytest -q -rs -m "not slow" --durations=15
 	PYTHON=$(PYTHON) bash .ci/test-transformers4.sh
 	PYTHON=$(PYTHON) bash .ci/test-numpy-only.sh
+	PYTHON=$(PYTHON) bash .ci/test-wheel.sh
 
 # the servers tier, against real servers on 127.0.0.1 serving SmolLM2: SERVERS names them
 # (default transformers). `transformers serve` needs transformers[serving]: the first run

@@ -69,6 +69,8 @@ BEIR_SHARD_ROWS = 256
 CUTOFF = 10
 VERSION = 1
 BEIR_FILES = ("corpus.jsonl.gz", "queries.jsonl", "qrels/test.tsv")
+#: corpus checksum -> bm25s index, per process
+_BM25S: dict[str, Any] = {}
 
 
 # ------------------------------------------------------------------ inputs
@@ -314,13 +316,12 @@ def _bm25_lists(questions, corpus, tsv: Path, emb: np.ndarray, k: int, progress:
         words,
     )
 
-    bm25s = require("bm25s", "ltr")
-    stats = corpus_stats(str(tsv), progress=progress)  # builds (once) the bm25s index it loads below
-    folder = cache_root() / "bm25" / corpus_checksum(str(tsv))
-    index = bm25s.BM25.load(str(folder), show_progress=False, verbosity=0)
+    stats = corpus_stats(str(tsv), progress=progress)
+    index = _bm25s_index(corpus, corpus_checksum(str(tsv)), progress)
     if int(index.scores["num_docs"]) != len(corpus) or stats.n_docs != len(corpus):
-        raise DataError(f"the bm25s index at {folder} has {index.scores['num_docs']} documents, "
-                        f"corpus {corpus.name!r} {len(corpus)}: delete that folder to rebuild it")
+        raise DataError(f"the BM25 index of corpus {corpus.name!r} has {index.scores['num_docs']} documents, "
+                        f"its statistics {stats.n_docs}, the corpus {len(corpus)}: delete "
+                        f"{cache_root() / 'zeroshot' / 'bm25'} to rebuild it")
     tokens: dict[int, list[str]] = {}
     out = []
     for q in tqdm(questions, desc=f"bm25 {corpus.name}", unit=" q", disable=not show_progress(progress)):
@@ -344,6 +345,29 @@ def _bm25_lists(questions, corpus, tsv: Path, emb: np.ndarray, k: int, progress:
         out.append([Candidate(id=corpus.ids[r], text=corpus.texts[r], title=corpus.titles[r], score=s,
                               embedding=np.array(emb[r], dtype=np.float32)) for s, r in keep])
     return out
+
+
+def _bm25s_index(corpus, checksum: str, progress: bool):
+    """A bm25s Lucene index (k1 1.5, b 0.75, bm25s's default tokens: the statistics' own) of
+    ``corpus``, saved under ``cache_root()/zeroshot/bm25/<checksum>/`` and kept per process."""
+    if checksum in _BM25S:
+        return _BM25S[checksum]
+    from chunksel.selectors.bm25_stats import passage_text
+
+    bm25s = require("bm25s", "ltr")
+    folder = cache_root() / "zeroshot" / "bm25" / checksum
+    if (folder / "done").is_file():
+        index = bm25s.BM25.load(str(folder), show_progress=False, verbosity=0)
+    else:
+        texts = [passage_text(t, x) for t, x in zip(corpus.titles, corpus.texts, strict=True)]
+        tok = bm25s.tokenize(texts, return_ids=True, show_progress=show_progress(progress))
+        index = bm25s.BM25(k1=BM25_K1, b=BM25_B, method="lucene")
+        index.index(tok, show_progress=show_progress(progress))
+        folder.mkdir(parents=True, exist_ok=True)
+        index.save(str(folder), show_progress=False)
+        (folder / "done").write_text(f"{len(texts)}\n")  # written last: marks a complete index
+    _BM25S[checksum] = index
+    return index
 
 
 def _label(q: Question, cands: list[Candidate]) -> None:

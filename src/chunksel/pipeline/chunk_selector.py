@@ -163,7 +163,12 @@ class ChunkSelector:
         out = cls(sel, encoder=encoder, generator=generator, corpus=corpus, path=path,
                   embedding_cache=embedding_cache)
         if encoder is None and out.inputs & _ENCODER_INPUTS and out.provenance.get("encoder_id"):
-            out._check_encoder(out.encoder)
+            try:
+                default = out.encoder
+            except ConfigError:  # no packaged MiniLM: the caller passes embeddings (the text path names the extra)
+                default = None
+            if default is not None:
+                out._check_encoder(default)
         return out
 
     # ------------------------------------------------------------------ parts
@@ -364,7 +369,7 @@ class ChunkSelector:
         if self.inputs & _ENCODER_INPUTS:
             check_deadline(deadline, "encode")
             t = time.perf_counter()
-            fill_embeddings(self.encoder, self.embedding_cache, self.inputs, questions, texts, title_l, n_scored,
+            fill_embeddings(lambda: self.encoder, self.embedding_cache, self.inputs, questions, texts, title_l, n_scored,
                             emb_l, qemb_l, skip_scores=[s is not None for s in scores_l])
             check_question_embeddings(qemb_l, emb_l, None)
             timings["encode"] = (time.perf_counter() - t) * 1e3

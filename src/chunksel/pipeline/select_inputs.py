@@ -169,6 +169,8 @@ def fill_embeddings(encoder: Any, cache: EmbeddingCache | None, inputs: frozense
                     emb_l: list[Any], qemb_l: list[Any], skip_scores: list[bool]) -> dict[str, int]:
     """Encode what the caller did not give: the chunks' embeddings (through ``cache``) and
     the questions' (a question's only when the selector reads it or a retrieval score).
+    ``encoder`` may be a function that returns it: it is called only when something is
+    encoded (a caller that passes every embedding needs no encoder installed).
 
     Returns ``{"chunks": chunk texts embedded, "chunks_encoded": those the cache did not
     hold, "questions": questions encoded}``.
@@ -186,6 +188,8 @@ def fill_embeddings(encoder: Any, cache: EmbeddingCache | None, inputs: frozense
     qs = [questions[i] for i in todo_q]
     if not flat and not qs:
         return {"chunks": 0, "chunks_encoded": 0, "questions": 0}
+    if callable(encoder) and not hasattr(encoder, "encode"):
+        encoder = encoder()
 
     def encode(batch: list[str]) -> np.ndarray:
         return np.asarray(encoder.encode(batch, progress=False), dtype=np.float32)

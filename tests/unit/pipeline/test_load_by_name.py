@@ -46,7 +46,7 @@ def test_a_name_that_needs_training_says_how():
 
 
 def test_neither_a_directory_nor_a_name(tmp_path):
-    with pytest.raises(DataError, match=r"nor is 'retreival' a registered selector \(known: .*retrieval"):
+    with pytest.raises(DataError, match=r"nor is 'retreival' a pretrained selector \(anchored-base, lambdamart-base\) or a registered one \(known: .*retrieval"):
         ChunkSelector.load("retreival")
     with pytest.raises(DataError, match="does not exist") as err:
         ChunkSelector.load(tmp_path / "absent")

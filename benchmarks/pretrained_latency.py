@@ -1,0 +1,155 @@
+"""Cold latency of the shipped pretrained selectors, one thread: the whole application path
+from the retriever's embeddings at K = 5, 20 and 100, and a fresh process's import, load
+and first selection.
+
+Writes ``benchmarks/results/pretrained_latency.json`` and prints a table.
+
+    python benchmarks/pretrained_latency.py [--calls 200] [--fresh 7]
+
+- ``select``: ``ChunkSelector.select(question, chunks, k="auto", question_embedding=,
+  chunk_embeddings=, chunk_scores=)`` at batch 1, every call a different question and its
+  own chunks (NQ test questions of a grouped sample, their MiniLM top-100 from the
+  Wikipedia corpus, cut to K), so no feature memo or cache answers it (the application
+  path keeps no LETOR memo); BM25 statistics in memory after load. p50 / p95 over
+  ``--calls`` calls after 10 warm-up calls on other questions.
+- rows: ``retrieval`` (retrieval order through the same path), ``lambdamart-base``,
+  ``anchored-base`` (torch scorer) and ``anchored-base`` with ``engine="onnxruntime"``.
+- ``fresh``: a new Python process that imports chunksel, loads the model by name and
+  selects once (K = 20, embeddings given), timed from just before the process starts to
+  the selection's end (``--fresh`` runs, median; the interpreter's start-up included),
+  for each ``--fresh-python`` (an environment with scikit-learn installed pays 1.6 s
+  more: LightGBM imports it).
+
+Targets (issue #50): p50 <= 1.5 ms at K = 5 and <= 10 ms at K = 100 from embeddings;
+fresh process <= 2 s.
+"""
+
+from __future__ import annotations
+
+import os
+
+for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(var, "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "pretrained_latency.json"
+KS = (5, 20, 100)
+ROWS = (("retrieval", "retrieval", None), ("lambdamart-base", "lambdamart-base", None),
+        ("anchored-base", "anchored-base", None), ("anchored-base (onnxruntime)", "anchored-base", "onnxruntime"))
+
+FRESH = """
+import time, sys
+t0 = float(sys.argv[1])
+import numpy as np
+from chunksel import ChunkSelector
+cs = ChunkSelector.load(sys.argv[2])
+rng = np.random.default_rng(0)
+e = rng.normal(size=(20, 384)).astype(np.float32); q = rng.normal(size=384).astype(np.float32)
+chunks = [f"passage {i} about the history of the city and its river" for i in range(20)]
+cs.select("when was the city founded", chunks, k="auto", question_embedding=q, chunk_embeddings=e,
+          chunk_scores=(e @ q).tolist())
+print(time.time() - t0)
+"""
+
+
+def _instances(calls: int):
+    from chunksel.build import build_instances
+
+    built = build_instances("nq", k=max(KS), limit=3000, split="grouped", progress=True)
+    test = [i for i in built.instances if i.split == "test" and len(i.candidates) == max(KS)]
+    if len(test) < calls + 10:
+        raise SystemExit(f"only {len(test)} NQ test questions with {max(KS)} candidates")
+    return test[: calls + 10]
+
+
+def _measure(cs, insts, k: int) -> list[float]:
+    times = []
+    for n, inst in enumerate(insts):
+        cands = inst.candidates[:k]
+        chunks, titles = [c.text for c in cands], [c.title for c in cands]
+        e = np.stack([c.embedding for c in cands]).astype(np.float32)
+        q = np.asarray(inst.question.embedding, dtype=np.float32)
+        scores = [c.score for c in cands]
+        t = time.perf_counter()
+        cs.select(inst.question.text, chunks, k="auto" if cs.calibrator is not None else 1,
+                  question_embedding=q, chunk_embeddings=e, chunk_scores=scores, titles=titles)
+        if n >= 10:  # the first ten warm the process, on questions not timed
+            times.append((time.perf_counter() - t) * 1e3)
+    return times
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=200)
+    p.add_argument("--fresh", type=int, default=7)
+    p.add_argument("--fresh-python", action="append", default=None, metavar="PYTHON",
+                   help="interpreter(s) of the fresh-process runs (default: this one); e.g. a venv with "
+                        "only the `pretrained` extra")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    from chunksel import ChunkSelector
+
+    insts = _instances(args.calls)
+    rows = []
+    for label, name, engine in ROWS:
+        if engine is None:
+            cs = ChunkSelector.load(name)
+        else:  # the scorer as its exported graph in ONNX Runtime
+            from chunksel.pretrained import pretrained_dir
+            from chunksel.selectors import load_selector
+
+            sel = load_selector(name)
+            sel.engine = engine
+            cs = ChunkSelector(sel, path=pretrained_dir(name))
+        for k in KS:
+            t = _measure(cs, insts, k)
+            rows.append({"row": label, "k": k, "calls": len(t), "p50_ms": float(np.median(t)),
+                         "p95_ms": float(np.percentile(t, 95))})
+            print(f"{label:30s} K={k:3d}  p50 {rows[-1]['p50_ms']:7.3f} ms  p95 {rows[-1]['p95_ms']:7.3f} ms",
+                  flush=True)
+    fresh = {}
+    for python in args.fresh_python or [sys.executable]:
+        probe = "import importlib.util as u; print(bool(u.find_spec('sklearn')), bool(u.find_spec('sentence_transformers')))"
+        mods = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+        env_info = {"python": python, "scikit_learn": mods[0] == "True", "sentence_transformers": mods[1] == "True"}
+        for name in ("lambdamart-base", "anchored-base"):
+            runs = []
+            for _ in range(args.fresh):
+                env = {**os.environ, "TQDM_DISABLE": "1"}
+                env.pop("CHUNKSEL_DATA", None)
+                out = subprocess.run([python, "-c", FRESH, repr(time.time()), name], capture_output=True,
+                                     text=True, env=env, check=True)
+                runs.append(float(out.stdout.strip().splitlines()[-1]))
+            fresh.setdefault(python, {"environment": env_info})[name] = {"runs_s": runs,
+                                                                       "median_s": float(np.median(runs))}
+            print(f"fresh process {name} ({python}, scikit-learn installed: {env_info['scikit_learn']}): "
+                  f"median {np.median(runs):.2f} s over {len(runs)}", flush=True)
+    result = {
+        "benchmark": "pretrained_latency", "rows": rows, "fresh_process": fresh,
+        "calls": args.calls, "threads": 1, "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(), "load": os.getloadavg(), "python": platform.python_version(),
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "targets": {"p50_k5_ms": 1.5, "p50_k100_ms": 10.0, "fresh_s": 2.0},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

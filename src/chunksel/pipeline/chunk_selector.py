@@ -21,7 +21,6 @@ other than the one in the saved provenance is a :class:`~chunksel.errors.DataErr
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 import warnings
@@ -38,6 +37,7 @@ from chunksel.pipeline.select_inputs import (
     build_instances,
     check_chunks,
     check_deadline,
+    check_embedding_model,
     check_question_embeddings,
     check_questions,
     fill_embeddings,
@@ -191,26 +191,11 @@ class ChunkSelector:
             )
 
     def check_embedding_model(self, model: str) -> None:
-        """Raise unless ``model`` (the name of the model the caller's embeddings come from)
-        is the encoder the selector was trained with.
-
-        Raises:
-            DataError: another model; the message names the fix.
-        """
+        """Raise a ``DataError`` naming the fix unless ``model`` (where the caller's
+        embeddings come from) is the encoder the selector was trained with."""
         want = self.provenance.get("encoder_id") or getattr(self.selector, "encoder_id", "")
-        if not want or "chunk_embedding" not in self.inputs:
-            return
-        def base(name: str) -> str:  # "sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2-<hash>-L256"
-            return re.sub(r"-[0-9a-f]{10}-l\d+$", "", str(name).rsplit("/", 1)[-1].lower())
-
-        short = base(want)
-        if base(model) != short:
-            raise DataError(
-                f"the {self.name} selector compares {want!r} embeddings, but these come from {model!r}: "
-                "its scores would be meaningless. Pass the texts without embeddings (chunksel encodes them "
-                f"with {short}, e.g. ChunkSelector.load(..., encoder='onnx-int8')), or embed the question "
-                f"and chunks with {short} as well"
-            )
+        if want and "chunk_embedding" in self.inputs:
+            check_embedding_model(self.name, want, model)
 
     def _check_generator(self, got: str) -> None:
         want = self.provenance.get("generator_id") or getattr(self.selector, "generator_id", "")

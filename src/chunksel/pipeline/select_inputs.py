@@ -11,6 +11,7 @@ in one encoder call, chunk texts through the content-addressed
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,25 @@ def as_list(arg: Any, b: int, what: str) -> list[Any]:
 def _at(i: int, b: int) -> str:
     """Which question a message is about, in a batch of ``b``."""
     return f"question #{i}: " if b > 1 else ""
+
+
+def check_embedding_model(selector: str, want: str, model: str) -> None:
+    """Raise unless ``model`` names the encoder ``want`` that ``selector`` was trained with
+    (``"sentence-transformers/all-MiniLM-L6-v2"`` matches ``"all-MiniLM-L6-v2-<hash>-L256"``).
+
+    Raises:
+        DataError: another model; the message names the fix.
+    """
+    def base(name: str) -> str:
+        return re.sub(r"-[0-9a-f]{10}-l\d+$", "", str(name).rsplit("/", 1)[-1].lower())
+
+    short = base(want)
+    if base(model) != short:
+        raise DataError(
+            f"the {selector} selector compares {want!r} embeddings, but these come from {model!r}: its scores "
+            f"would be meaningless. Pass the texts without embeddings (chunksel encodes them with {short}, e.g. "
+            f"ChunkSelector.load(..., encoder='onnx-int8')), or embed the question and chunks with {short} as well"
+        )
 
 
 def check_questions(questions: Any) -> list[str]:

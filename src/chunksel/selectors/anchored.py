@@ -54,7 +54,7 @@ from chunksel.nn.anchored import AnchoredEnsemble, AnchoredScorer
 from chunksel.nn.inputs import StandardScaler
 from chunksel.selectors.anchored_ltr import interaction_features, letor_block, ltr_scores
 from chunksel.selectors.base import QuestionFeatures, Selector
-from chunksel.selectors.embedding_arrays import embedding_arrays
+from chunksel.selectors.embedding_arrays import embedding_arrays, unit_rows
 from chunksel.training.anchored import AnchoredTrainConfig, train_anchored_ensemble
 from chunksel.types import Instance
 
@@ -80,19 +80,13 @@ def parse_anchored_blocks(blocks: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(b for b in ANCHORED_BLOCKS if b in names)
 
 
-def _unit(v: np.ndarray) -> np.ndarray:
-    n = np.linalg.norm(v, axis=-1, keepdims=True)
-    return np.where(n > 0, v / np.maximum(n, 1e-12), 0.0).astype(np.float32)
-
-
 class AnchoredPrototypeSelector(Selector):
     """An anchor order (the stacked LambdaMART's by default, or retrieval's) plus learned
     prototype and interaction corrections.
 
     Args:
-        k: the K of the ``chunk`` block (the candidates' embeddings flattened into the
-            prototype's input): fewer are padded and masked, more are cut. Without that
-            block the selector scores every candidate, any K (:attr:`fixed_k` is None).
+        k: the ``chunk`` block's K (fewer padded, more cut); without that block every
+            candidate is scored, any K (:attr:`fixed_k` None).
         blocks: inputs (subset of "hs", "rw", "q", "chunk", "letor", "lambdamart").
         hidden, depth: the prototype MLP g (its last layer starts at zero).
         phi_hidden, phi_depth: the interaction MLP u (its last layer starts at zero).
@@ -205,26 +199,22 @@ class AnchoredPrototypeSelector(Selector):
 
     @property
     def fixed_k(self) -> int | None:
-        """The candidates it scores: ``k`` with the ``chunk`` block (the K embeddings
-        flattened into the prototype's input), else None: every candidate, any K."""
+        """``k`` with the ``chunk`` block (K embeddings flattened), else None: any K."""
         return int(self.k) if "chunk" in self.blocks else None
 
-    def _k_of(self, batch: Sequence[Instance]) -> int:
-        """The arrays' candidate axis for ``batch``: the fixed K, else its longest list."""
+    def _k_of(self, batch: Sequence[Instance]) -> int:  # the fixed K, else the longest list
         return self.fixed_k or max((len(i.candidates) for i in batch), default=1) or 1
 
     def _embeddings(self, batch: Sequence[Instance]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Unit ``q`` (B, d), unit ``e`` (B, K, d) (zeros at padding) and the (B, K) real mask."""
         q, e, m = embedding_arrays(batch, self._k_of(batch), getattr(self, "emb_dim_", None),
                                    "the anchored selector")
-        return _unit(q), _unit(e), m
+        return unit_rows(q), unit_rows(e), m
 
-    def _anchor(self) -> str:
-        """The anchor in force: the fitted (or loaded) one, else the setting resolved."""
+    def _anchor(self) -> str:  # the fitted (or loaded) anchor, else the setting resolved
         return getattr(self, "anchor_", None) or self._resolved_anchor()
 
-    def _resolved_anchor(self) -> str:
-        """``anchor`` with ``"auto"`` resolved against the blocks."""
+    def _resolved_anchor(self) -> str:  # ``anchor`` with "auto" resolved against the blocks
         if self.anchor == "auto":
             return "lambdamart" if "lambdamart" in self.blocks else "retrieval"
         return self.anchor
@@ -234,10 +224,8 @@ class AnchoredPrototypeSelector(Selector):
         return "letor" in self.blocks or "lambdamart" in self.blocks
 
     def required_inputs(self) -> frozenset[str]:
-        """What scoring reads beyond the texts (:func:`~chunksel.selectors.provenance.selector_inputs`):
-        the embeddings always (the anchor and the padding mask), the warm-up pass for
-        ``hs`` / ``rw``, and for ``letor`` / ``lambdamart`` the LETOR features' corpus
-        statistics and retrieval scores."""
+        """What scoring reads beyond the texts: embeddings always, the warm-up pass for
+        ``hs`` / ``rw``, corpus statistics and retrieval scores for ``letor`` / ``lambdamart``."""
         out = {"chunk_embedding", "question_embedding"}
         if "hs" in self.blocks or "rw" in self.blocks:
             out.add("warmup")

@@ -64,3 +64,9 @@ def embedding_arrays(
             e[i, j] = c.embedding
             m[i, j] = True
     return q, e, m
+
+
+def unit_rows(v: np.ndarray) -> np.ndarray:
+    """Each vector of ``v`` (last axis) scaled to unit length, float32; zero rows stay zero."""
+    n = np.linalg.norm(v, axis=-1, keepdims=True)
+    return np.where(n > 0, v / np.maximum(n, 1e-12), 0.0).astype(np.float32)

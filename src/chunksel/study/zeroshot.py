@@ -1,0 +1,295 @@
+"""The zero-shot report (``reports/zeroshot/``): the shipped pretrained selectors on
+collections they never saw, ``python -m chunksel.study.zeroshot`` (``make zeroshot``).
+
+Collections (:data:`COLLECTIONS`):
+
+- WikiQA: 3,000 of the 3,047 questions of its three files (the full profile's sample),
+  its own candidate sentences in MiniLM order
+  (:func:`~chunksel.study.transfer.never_trained_instances`), human labels;
+- TREC DL 2019 and 2020 over ``msmarco-sub``: BM25 top-100 and MiniLM top-20 lists, graded
+  NIST judgements (rank-1 and MRR@10 at grade >= 2, nDCG@10 graded);
+- NFCorpus and ArguAna (BEIR): BM25 and MiniLM top-20 over their own corpora (rank-1 at
+  the top grade, nDCG@10 graded);
+- each of the six benchmark datasets held out (leave one dataset out): LambdaMART and the
+  anchored selector retrained by the pretrained recipe without it (its settings, the
+  pooled training and validation splits of the other five), tested on its test split's
+  MiniLM top-5 lists.
+
+Rows (:data:`ROWS`): retrieval order; BM25 with the collection's own statistics;
+``lambdamart-base`` and ``anchored-base`` (the shipped models, the shipped Wikipedia
+statistics; on NFCorpus also with NFCorpus's own, ``corpus=``); the MiniLM-L6
+cross-encoder trained here on the pretrained recipe's pooled training split (no TREC DL
+topic; the transfer stage's short recipe) on the unseen collections. The generator-coupled
+flagship has no generator features on these collections and is not a row.
+
+Per collection and row: rank-1 with a bootstrap interval, nDCG@10 and MRR@10 where graded;
+the paired bootstrap interval and McNemar's p against the strongest row by rank-1 and
+against retrieval order; calibration transfer for the calibrated rows (chunk ECE, set
+AUROC, ``k="auto"`` chunks and recall). Zero-shot average: rank-1 over WikiQA, NFCorpus,
+ArguAna (MiniLM lists) and the six held-out datasets. Nothing is tuned here: every model
+and operating point comes from the recipe's validation splits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunksel.types import Instance
+
+OUT = Path("reports/zeroshot")
+ROWS = ("retrieval", "bm25", "lambdamart-base", "anchored-base", "crossencoder")
+#: the rows that carry a calibrator (the pretrained models and the cross-encoder)
+DISPLAY = {"retrieval": "Retrieval order", "bm25": "BM25 (own statistics)", "lambdamart-base": "lambdamart-base",
+           "anchored-base": "anchored-base", "crossencoder": "Cross-encoder (trained here)",
+           "lambdamart-base (own stats)": "lambdamart-base, NFCorpus statistics",
+           "anchored-base (own stats)": "anchored-base, NFCorpus statistics",
+           "lambdamart (LODO)": "LambdaMART, recipe without the dataset",
+           "anchored (LODO)": "anchored, recipe without the dataset"}
+#: WikiQA's sample: the full profile's (3,000 of its 3,047 questions)
+WIKIQA_LIMIT = 3000
+#: the collection whose own statistics are tried beside the shipped ones
+OWN_STATS = "nfcorpus/minilm"
+
+
+def say(msg: str) -> None:
+    print(f"[zeroshot {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------ collections
+def _wikiqa(progress: bool) -> list[Instance]:
+    from chunksel.study.transfer import never_trained_instances
+
+    return never_trained_instances(WIKIQA_LIMIT, 64, 0, "grouped", progress)["wikiqa"]
+
+
+def collections(progress: bool) -> dict[str, tuple[Callable[[], list[Instance]], str]]:
+    """``{key: (builder, statistics corpus of the BM25 row)}``."""
+    from chunksel.study import zeroshot_data as zd
+
+    out: dict[str, tuple[Callable[[], list[Instance]], str]] = {"wikiqa": (lambda: _wikiqa(progress), "wiki-w100")}
+    for year in ("19", "20"):
+        for ret, k in (("bm25", 100), ("minilm", 20)):
+            out[f"trec-dl-20{year}/{ret}"] = (
+                lambda year=year, ret=ret, k=k: zd.trec_dl_instances(year, ret, k, progress=progress), "msmarco-sub")
+    for name in ("nfcorpus", "arguana"):
+        for ret in ("minilm", "bm25"):
+            out[f"{name}/{ret}"] = (lambda name=name, ret=ret: zd.beir_instances(name, ret, 20, progress=progress),
+                                    str(zd.beir_corpus_path(name)))
+    return out
+
+
+#: collections of the zero-shot average (MiniLM candidates; the held-out datasets join it)
+AVERAGE = ("wikiqa", "nfcorpus/minilm", "arguana/minilm")
+
+
+# ------------------------------------------------------------------ rows
+def pretrained_selector(name: str, corpus: str | None = None) -> Any:
+    """A shipped model's selector with its statistics registered (or the user's ``corpus``)."""
+    from chunksel import ChunkSelector
+
+    return ChunkSelector.load(name, corpus=corpus).selector
+
+
+def crossencoder(progress: bool) -> Any:
+    """The cross-encoder trained here on the pretrained recipe's pooled training split
+    (TREC DL left out), the transfer stage's short recipe; cached under the cache root."""
+    from chunksel.config import cache_root, config_hash
+    from chunksel.selectors import load_selector, make_selector
+    from chunksel.study import pretrain
+    from chunksel.study.transfer import TRANSFER_OVERRIDES
+
+    settings = dict(TRANSFER_OVERRIDES["crossencoder"])
+    folder = cache_root() / "zeroshot" / f"crossencoder-{config_hash({'settings': settings, 'limit': pretrain.LIMIT})}"
+    if (folder / "config.json").is_file():
+        return load_selector(folder)
+    train, val, _ = pretrain.load_pooled(pretrain.LIMIT, progress)
+    pretrain.no_trec_dl(train + val)
+    say(f"training the cross-encoder on {len(train)} pooled questions ({settings})")
+    sel = make_selector("crossencoder", progress=progress, **settings)
+    sel.fit(train, None, val)
+    sel.save(folder)
+    return sel
+
+
+def _scores(sel: Any, insts: Sequence[Instance]) -> np.ndarray:
+    s = np.asarray(sel.score(list(insts)), dtype=np.float64)
+    width = max(len(i.candidates) for i in insts)
+    if s.shape[1] < width:  # a fixed-K row scores the first K: the rest rank after them
+        s = np.concatenate([s, np.full((len(s), width - s.shape[1]), -1e9)], axis=1)
+    for b, inst in enumerate(insts):
+        s[b, len(inst.candidates):] = -np.inf
+    return s
+
+
+def evaluate_row(sel: Any, insts: Sequence[Instance], graded: bool) -> dict[str, Any]:
+    """Rank-1 hits (answerable questions), nDCG@10 / MRR@10 when graded, calibration."""
+    from chunksel.eval.metrics import per_instance_hits
+    from chunksel.study.abstention import abstention_of
+    from chunksel.types import label_matrix
+
+    t = time.perf_counter()
+    scores = _scores(sel, insts)
+    seconds = time.perf_counter() - t
+    labels = label_matrix(list(insts), k=scores.shape[1])
+    answerable = labels.any(axis=1)
+    hits = per_instance_hits(scores, labels)[answerable]
+    out: dict[str, Any] = {"hits": hits.astype(int).tolist(), "rank1": 100.0 * float(hits.mean()),
+                           "n": int(answerable.sum()), "n_all": len(insts), "score_seconds": seconds}
+    if graded:
+        from chunksel.study.zeroshot_data import graded_ndcg_at_10, mrr_at_10
+
+        nd, rr = graded_ndcg_at_10(scores, insts), mrr_at_10(scores, insts)
+        out.update(ndcg10=100.0 * float(nd.mean()), mrr10=100.0 * float(rr.mean()),
+                   ndcg10_values=nd.tolist())
+    if getattr(sel, "calibrator_", None) is not None:
+        ab = abstention_of(sel, list(insts), scores=np.where(np.isfinite(scores), scores, -np.inf))
+        out["calibration"] = {k: ab.get(k) for k in ("chunk_ece", "set_ece", "auroc", "auto", "k1", "k2",
+                                                      "answerable_rate")}
+    return out
+
+
+def compare_rows(rows: dict[str, dict[str, Any]], ref: str) -> dict[str, dict[str, Any]]:
+    """Each row against ``ref`` on rank-1: the paired bootstrap interval and McNemar's p
+    (points), and whether both tests agree."""
+    from chunksel.eval.significance import compare
+
+    out = {}
+    for name, r in rows.items():
+        if name == ref:
+            continue
+        c = compare(np.asarray(r["hits"]), np.asarray(rows[ref]["hits"]))
+        both = (c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05
+        out[name] = {"diff": 100 * c["diff"], "lo": 100 * c["lo"], "hi": 100 * c["hi"], "p": c["p"],
+                     "n10": c["n10"], "n01": c["n01"], "significant": bool(both)}
+    return out
+
+
+def _finish(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    strongest = max(rows, key=lambda n: rows[n]["rank1"])
+    return {"rows": rows, "strongest": strongest, "vs_strongest": compare_rows(rows, strongest),
+            "vs_retrieval": compare_rows(rows, "retrieval") if "retrieval" in rows else {}}
+
+
+# ------------------------------------------------------------------ leave one dataset out
+def lodo(progress: bool, only: Sequence[str] | None = None) -> dict[str, Any]:
+    """Each benchmark dataset held out: the recipe's LambdaMART and anchored selector
+    retrained on the other five (pooled training, validation), tested on its test split."""
+    from chunksel.build import build_instances
+    from chunksel.data.datasets import BENCHMARK_DATASETS
+    from chunksel.selectors import make_selector
+    from chunksel.study import pretrain
+
+    blocks = json.loads((_pretrained_dir("anchored-base") / "config.json").read_text())["params"]["blocks"]
+    train, val, _ = pretrain.load_pooled(pretrain.LIMIT, progress)
+    out = {}
+    for ds in only or BENCHMARK_DATASETS:
+        test = [i for i in build_instances(ds, k=pretrain.K, limit=pretrain.LIMIT, split=pretrain.SPLIT,
+                                           progress=progress).instances if i.split == "test"]
+        tr = [i for i in train if i.question.dataset != ds]
+        va = [i for i in val if i.question.dataset != ds]
+        rows = {"retrieval": evaluate_row(make_selector("retrieval"), test, False),
+                "bm25": evaluate_row(make_selector("bm25", progress=False), test, False)}
+        for key, name, params in (("lambdamart (LODO)", "lambdamart", {}),
+                                  ("anchored (LODO)", "anchored", {"blocks": blocks})):
+            t = time.time()
+            sel = make_selector(name, corpus=pretrain.CORPUS, progress=progress, **params)
+            sel.fit(tr, None, va)
+            rows[key] = evaluate_row(sel, test, False)
+            rows[key]["fit_seconds"] = time.time() - t
+        out[ds] = _finish(rows)
+        out[ds]["anchored_vs_lambdamart"] = compare_rows(
+            {k: rows[k] for k in ("anchored (LODO)", "lambdamart (LODO)")}, "lambdamart (LODO)")["anchored (LODO)"]
+        say(f"held out {ds}: " + ", ".join(f"{k} {v['rank1']:.2f}" for k, v in rows.items()))
+    return out
+
+
+def _pretrained_dir(name: str) -> Path:
+    from chunksel.pretrained import pretrained_dir
+
+    return pretrained_dir(name)
+
+
+# ------------------------------------------------------------------ the run
+def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = None, with_lodo: bool = True,
+        with_ce: bool = True) -> dict[str, Any]:
+    from chunksel.pretrained import read_manifest
+    from chunksel.selectors import make_selector
+    from chunksel.study.zeroshot_data import instance_stats
+
+    t0 = time.time()
+    results: dict[str, Any] = {"collections": {}, "stats": {}, "pretrained_commit": read_manifest().get("commit")}
+    ce = crossencoder(progress) if with_ce else None
+    for key, (build, stats_corpus) in collections(progress).items():
+        if only and key not in only:
+            continue
+        insts = build()
+        graded = key != "wikiqa"
+        results["stats"][key] = instance_stats(insts) if graded else {"questions": len(insts)}
+        rows: dict[str, dict[str, Any]] = {}
+        rows["retrieval"] = evaluate_row(make_selector("retrieval"), insts, graded)
+        rows["bm25"] = evaluate_row(make_selector("bm25", corpus=stats_corpus, progress=False), insts, graded)
+        for name in ("lambdamart-base", "anchored-base"):
+            rows[name] = evaluate_row(pretrained_selector(name), insts, graded)
+            if key == OWN_STATS:
+                rows[f"{name} (own stats)"] = evaluate_row(pretrained_selector(name, stats_corpus), insts, graded)
+        if ce is not None:
+            rows["crossencoder"] = evaluate_row(ce, insts, graded)
+        results["collections"][key] = _finish(rows)
+        say(f"{key}: " + ", ".join(f"{k} {v['rank1']:.2f}" for k, v in rows.items()))
+    if with_lodo:
+        results["lodo"] = lodo(progress)
+    results["average"] = zero_shot_average(results)
+    results["seconds"] = time.time() - t0
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
+    from chunksel.study.zeroshot_report import write_report
+
+    write_report(results, out)
+    return results
+
+
+def zero_shot_average(results: dict[str, Any]) -> dict[str, Any]:
+    """Rank-1 averaged over :data:`AVERAGE` and the held-out datasets, per row (the LODO
+    rows stand for the pretrained models there), and anchored-base minus lambdamart-base
+    with a bootstrap interval over the pooled questions of those collections."""
+    from chunksel.eval.significance import compare
+
+    parts = [results["collections"][k]["rows"] for k in AVERAGE if k in results["collections"]]
+    parts += [{"retrieval": r["rows"]["retrieval"], "bm25": r["rows"]["bm25"],
+               "lambdamart-base": r["rows"]["lambdamart (LODO)"], "anchored-base": r["rows"]["anchored (LODO)"]}
+              for r in (results.get("lodo") or {}).values()]
+    if not parts:
+        return {}
+    names = [n for n in ("retrieval", "bm25", "lambdamart-base", "anchored-base") if all(n in p for p in parts)]
+    out: dict[str, Any] = {"collections": len(parts),
+                           "rank1": {n: float(np.mean([p[n]["rank1"] for p in parts])) for n in names}}
+    a = np.concatenate([p["anchored-base"]["hits"] for p in parts])
+    b = np.concatenate([p["lambdamart-base"]["hits"] for p in parts])
+    c = compare(a, b)
+    out["anchored_minus_lambdamart_pooled"] = {"diff": 100 * c["diff"], "lo": 100 * c["lo"],
+                                               "hi": 100 * c["hi"], "p": c["p"], "n": c["n"]}
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m chunksel.study.zeroshot", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--only", action="append", default=None, help="collection key(s) to run")
+    p.add_argument("--no-lodo", action="store_true")
+    p.add_argument("--no-ce", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    run(args.out, progress=not args.quiet, only=args.only, with_lodo=not args.no_lodo, with_ce=not args.no_ce)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

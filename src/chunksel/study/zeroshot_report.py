@@ -1,0 +1,155 @@
+"""``reports/zeroshot/report.md`` from the zero-shot run's ``results.json``
+(:mod:`chunksel.study.zeroshot`); ``python -m chunksel.study.zeroshot_report DIR``
+re-renders it. Latency comes from ``benchmarks/results/pretrained_latency.json`` when
+present (a separate one-thread run, stated with its load)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+LATENCY = Path("benchmarks/results/pretrained_latency.json")
+NAMES = {
+    "wikiqa": "WikiQA (own candidates, MiniLM order)",
+    "trec-dl-2019/bm25": "TREC DL 2019, BM25 top-100", "trec-dl-2019/minilm": "TREC DL 2019, MiniLM top-20",
+    "trec-dl-2020/bm25": "TREC DL 2020, BM25 top-100", "trec-dl-2020/minilm": "TREC DL 2020, MiniLM top-20",
+    "nfcorpus/minilm": "NFCorpus, MiniLM top-20", "nfcorpus/bm25": "NFCorpus, BM25 top-20",
+    "arguana/minilm": "ArguAna, MiniLM top-20", "arguana/bm25": "ArguAna, BM25 top-20",
+}
+ROW_NAMES = {
+    "retrieval": "Retrieval order", "bm25": "BM25 (collection statistics)", "lambdamart-base": "`lambdamart-base`",
+    "anchored-base": "`anchored-base`", "crossencoder": "Cross-encoder (MiniLM-L6, trained here)",
+    "lambdamart-base (own stats)": "`lambdamart-base`, NFCorpus's own statistics",
+    "anchored-base (own stats)": "`anchored-base`, NFCorpus's own statistics",
+    "lambdamart (LODO)": "LambdaMART, recipe without the dataset",
+    "anchored (LODO)": "anchored, recipe without the dataset",
+}
+
+
+def _f(x: Any, d: int = 2) -> str:
+    return "–" if x is None or (isinstance(x, float) and x != x) else f"{x:.{d}f}"
+
+
+def _cmp(c: Mapping[str, Any] | None) -> str:
+    if not c:
+        return "–"
+    mark = " **sig.**" if c["significant"] else ""
+    return f"{c['diff']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}], p = {c['p']:.3g}{mark}"
+
+
+def collection_table(key: str, entry: Mapping[str, Any]) -> list[str]:
+    rows = entry["rows"]
+    graded = any("ndcg10" in r for r in rows.values())
+    n = next(iter(rows.values()))
+    head = f"### {NAMES.get(key, key)}\n\n{n['n']} questions with a positive of {n['n_all']}; strongest by rank-1: " \
+           f"{ROW_NAMES.get(entry['strongest'], entry['strongest'])}.\n"
+    cols = ["row", "rank-1"] + (["nDCG@10", "MRR@10"] if graded else []) + ["vs strongest", "vs retrieval order"]
+    out = [head, "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for name, r in rows.items():
+        cells = [ROW_NAMES.get(name, name), _f(r["rank1"])]
+        if graded:
+            cells += [_f(r.get("ndcg10")), _f(r.get("mrr10"))]
+        cells += [_cmp(entry["vs_strongest"].get(name)), _cmp(entry["vs_retrieval"].get(name))]
+        out.append("| " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def calibration_table(results: Mapping[str, Any]) -> list[str]:
+    out = ["| collection | row | chunk ECE | set AUROC | `k=\"auto\"` chunks | `k=\"auto\"` recall | top-1 recall |",
+           "|---|---|---|---|---|---|---|"]
+    for key, entry in results["collections"].items():
+        for name, r in entry["rows"].items():
+            cal = r.get("calibration")
+            if not cal:
+                continue
+            auto, k1 = cal.get("auto") or {}, cal.get("k1") or {}
+            out.append(f"| {NAMES.get(key, key)} | {ROW_NAMES.get(name, name)} | {_f(cal.get('chunk_ece'), 3)} | "
+                       f"{_f(cal.get('auroc'), 3)} | {_f(auto.get('mean_kept'))} | "
+                       f"{_f(100 * auto['evidence_recall'] if auto.get('evidence_recall') is not None else None, 1)} | "
+                       f"{_f(100 * k1['evidence_recall'] if k1.get('evidence_recall') is not None else None, 1)} |")
+    return out + [""]
+
+
+def lodo_table(lodo: Mapping[str, Any]) -> list[str]:
+    names = ["retrieval", "bm25", "lambdamart (LODO)", "anchored (LODO)"]
+    out = ["| held out | " + " | ".join(ROW_NAMES[n] for n in names) + " | anchored vs LambdaMART |",
+           "|---|" + "---|" * (len(names) + 1)]
+    for ds, entry in lodo.items():
+        rows = entry["rows"]
+        out.append(f"| {ds} (n = {rows['retrieval']['n']}) | " + " | ".join(_f(rows[n]["rank1"]) for n in names)
+                   + f" | {_cmp(entry.get('anchored_vs_lambdamart'))} |")
+    return out + [""]
+
+
+def latency_table() -> list[str]:
+    if not LATENCY.is_file():
+        return ["(benchmarks/results/pretrained_latency.json not found: run benchmarks/pretrained_latency.py)", ""]
+    lat = json.loads(LATENCY.read_text())
+    ks = sorted({r["k"] for r in lat["rows"]})
+    out = [f"One thread, commit {lat.get('commit')}, load average {', '.join(f'{x:.1f}' for x in lat.get('load', []))} "
+           f"at the end of the run ({lat.get('cpus')} CPUs): `ChunkSelector.select` from the retriever's embeddings, "
+           "every call a new question and its own chunks (cold: no memo, no cache answers it).", "",
+           "| row | " + " | ".join(f"p50 K = {k} (ms)" for k in ks) + " |", "|---|" + "---|" * len(ks)]
+    for row in dict.fromkeys(r["row"] for r in lat["rows"]):
+        cells = {r["k"]: r["p50_ms"] for r in lat["rows"] if r["row"] == row}
+        out.append(f"| {row} | " + " | ".join(_f(cells.get(k), 3) for k in ks) + " |")
+    out.append("")
+    for python, entry in (lat.get("fresh_process") or {}).items():
+        env = entry.get("environment", {})
+        parts = [f"{n} {entry[n]['median_s']:.2f} s" for n in ("lambdamart-base", "anchored-base") if n in entry]
+        out.append(f"- fresh process (import, load by name, first selection), median: {', '.join(parts)} "
+                   f"(scikit-learn installed: {env.get('scikit_learn')}; `{python}`)")
+    return out + [""]
+
+
+def write_report(results: Mapping[str, Any], out: Path) -> Path:
+    lines = ["# Zero-shot report: the pretrained selectors on collections they never saw", "",
+             f"Pretrained models of commit {str(results.get('pretrained_commit'))[:12]} (`make pretrained`), "
+             f"run in {results.get('seconds', 0) / 60:.0f} minutes by `python -m chunksel.study.zeroshot`. "
+             "Every model, operating point and calibrator comes from the recipe's pooled validation splits; "
+             "nothing here is tuned on these collections. A difference is marked **sig.** only when the paired "
+             "bootstrap interval (95%) and McNemar's test (p < 0.05) agree. `lambdamart-base` and "
+             "`anchored-base` read the shipped Wikipedia statistics unless a row says otherwise.", ""]
+    avg = results.get("average") or {}
+    if avg:
+        lines += ["## Zero-shot average", "",
+                  f"Rank-1 averaged over {avg['collections']} collections (WikiQA, NFCorpus and ArguAna with MiniLM "
+                  "lists, and each benchmark dataset held out):", "",
+                  "| row | average rank-1 |", "|---|---|"]
+        lines += [f"| {ROW_NAMES.get(n, n)} | {_f(v)} |" for n, v in avg["rank1"].items()]
+        c = avg.get("anchored_minus_lambdamart_pooled")
+        if c:
+            lines += ["", f"`anchored-base` minus `lambdamart-base` over the {c['n']} pooled questions: "
+                          f"{c['diff']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}], McNemar p = {c['p']:.3g}.", ""]
+    lines += ["## Collections", ""]
+    for key, entry in results["collections"].items():
+        lines += collection_table(key, entry)
+    if results.get("lodo"):
+        lines += ["## Each benchmark dataset held out", "",
+                  "MiniLM top-5 lists of each dataset's test split; LambdaMART and the anchored selector retrained by "
+                  "the pretrained recipe on the other five datasets (the cross-encoder's held-out rows are in the "
+                  "full and large reports' transfer tables).", ""]
+        lines += lodo_table(results["lodo"])
+    lines += ["## Calibration transfer", "", "Calibrated on the recipe's pooled validation splits.", ""]
+    lines += calibration_table(results)
+    lines += ["## Cost", ""] + latency_table()
+    stats = results.get("stats") or {}
+    if stats:
+        lines += ["## Collections' lists", "", "| collection | questions | mean candidates | mean positives | "
+                  "with a positive (%) |", "|---|---|---|---|---|"]
+        for key, s in stats.items():
+            lines.append(f"| {NAMES.get(key, key)} | {s.get('questions')} | {_f(s.get('mean_candidates'), 1)} | "
+                         f"{_f(s.get('mean_positives'), 2)} | {_f(s.get('answerable_pct'), 1)} |")
+        lines.append("")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+if __name__ == "__main__":
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "reports/zeroshot")
+    print(write_report(json.loads((folder / "results.json").read_text()), folder))

@@ -1,0 +1,69 @@
+"""The zero-shot run's pieces: a row's figures, the comparisons (both tests must agree),
+the zero-shot average and the report rendered from results.json."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from tests.conftest import make_toy_instances
+
+from chunksel.selectors import make_selector
+from chunksel.study import zeroshot
+from chunksel.study.zeroshot_report import write_report
+
+
+def _row(hits, **extra):
+    h = np.asarray(hits, dtype=int)
+    return {"hits": h.tolist(), "rank1": 100.0 * h.mean(), "n": len(h), "n_all": len(h), **extra}
+
+
+def test_evaluate_row_counts_answerable_questions_and_pads_short_lists():
+    inst = make_toy_instances(n=10, seed=5)
+    r = zeroshot.evaluate_row(make_selector("retrieval"), inst, graded=False)
+    labels = [i.labels() for i in inst]
+    answerable = [lab for lab in labels if lab.any()]
+    assert r["n"] == len(answerable) and r["n_all"] == len(inst)
+    assert r["hits"] == [int(lab[0]) for lab in answerable]  # retrieval order's pick is the first
+    assert r["rank1"] == pytest.approx(100.0 * np.mean(r["hits"]))
+
+
+def test_comparisons_need_both_tests_and_name_the_strongest():
+    rng = np.random.default_rng(0)
+    base = rng.random(400) < 0.5
+    better = base.copy()
+    better[np.flatnonzero(~base)[:60]] = True  # 60 more hits, no loss: both tests agree
+    slight = base.copy()
+    slight[np.flatnonzero(~base)[:3]] = True
+    rows = {"retrieval": _row(base), "a": _row(better), "b": _row(slight)}
+    got = zeroshot._finish(rows)
+    assert got["strongest"] == "a"
+    assert got["vs_retrieval"]["a"]["significant"] and not got["vs_retrieval"]["b"]["significant"]
+    assert got["vs_strongest"]["retrieval"]["diff"] == pytest.approx(-15.0)
+    assert got["vs_strongest"]["retrieval"]["n01"] == 60 and got["vs_strongest"]["retrieval"]["n10"] == 0
+
+
+def test_zero_shot_average_pools_collections_and_held_out_datasets(tmp_path):
+    def coll(a, b):
+        return {"rows": {"retrieval": _row([1, 0, 0, 1]), "bm25": _row([0, 0, 0, 1]),
+                         "lambdamart-base": _row(b), "anchored-base": _row(a)}}
+
+    results = {"collections": {"wikiqa": zeroshot._finish(coll([1, 1, 0, 1], [1, 0, 0, 1])["rows"])},
+               "lodo": {"nq": zeroshot._finish({"retrieval": _row([1, 0]), "bm25": _row([0, 0]),
+                                                "lambdamart (LODO)": _row([1, 0]), "anchored (LODO)": _row([1, 1])})}}
+    results["lodo"]["nq"]["anchored_vs_lambdamart"] = zeroshot.compare_rows(
+        {k: results["lodo"]["nq"]["rows"][k] for k in ("anchored (LODO)", "lambdamart (LODO)")},
+        "lambdamart (LODO)")["anchored (LODO)"]
+    avg = zeroshot.zero_shot_average(results)
+    assert avg["collections"] == 2
+    assert avg["rank1"]["anchored-base"] == pytest.approx((75.0 + 100.0) / 2)
+    assert avg["rank1"]["lambdamart-base"] == pytest.approx((50.0 + 50.0) / 2)
+    assert avg["anchored_minus_lambdamart_pooled"]["n"] == 6
+    assert avg["anchored_minus_lambdamart_pooled"]["diff"] == pytest.approx(100 * 2 / 6)
+    results["average"] = avg
+    path = write_report(json.loads(json.dumps(results)), tmp_path)
+    text = path.read_text()
+    assert "## Zero-shot average" in text and "## Each benchmark dataset held out" in text
+    assert "| `anchored-base` | 87.50 |" in text
+    assert "| nq (n = 2) | 50.00 | 0.00 | 50.00 | 100.00 | +50.00 [" in text

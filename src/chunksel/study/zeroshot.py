@@ -22,7 +22,8 @@ cross-encoder trained here on the pretrained recipe's pooled training split (no 
 topic; the transfer stage's short recipe) on the unseen collections. The generator-coupled
 flagship has no generator features on these collections and is not a row.
 
-Per collection and row: rank-1 with a bootstrap interval, nDCG@10 and MRR@10 where graded;
+A question whose list is empty (BM25 finds no corpus term of it) is left out of every row
+and counted. Per collection and row: rank-1 with a bootstrap interval, nDCG@10 and MRR@10 where graded;
 the paired bootstrap interval and McNemar's p against the strongest row by rank-1 and
 against retrieval order; calibration transfer for the calibrated rows (chunk ECE, set
 AUROC, ``k="auto"`` chunks and recall). Zero-shot average: rank-1 over WikiQA, NFCorpus,
@@ -230,9 +231,11 @@ def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = Non
     for key, (build, stats_corpus) in collections(progress).items():
         if only and key not in only:
             continue
-        insts = build()
+        built = build()
+        insts = [i for i in built if i.candidates]  # BM25 finds nothing for a query without a corpus term
         graded = key != "wikiqa"
-        results["stats"][key] = instance_stats(insts) if graded else {"questions": len(insts)}
+        results["stats"][key] = instance_stats(built) if graded else {"questions": len(built)}
+        results["stats"][key]["no_candidates"] = len(built) - len(insts)
         rows: dict[str, dict[str, Any]] = {}
         rows["retrieval"] = evaluate_row(make_selector("retrieval"), insts, graded)
         rows["bm25"] = evaluate_row(make_selector("bm25", corpus=stats_corpus, progress=False), insts, graded)

@@ -138,11 +138,12 @@ def write_report(results: Mapping[str, Any], out: Path) -> Path:
     lines += ["## Cost", ""] + latency_table()
     stats = results.get("stats") or {}
     if stats:
-        lines += ["## Collections' lists", "", "| collection | questions | mean candidates | mean positives | "
-                  "with a positive (%) |", "|---|---|---|---|---|"]
+        lines += ["## Collections' lists", "", "| collection | questions | empty lists (left out) | mean candidates | "
+                  "mean positives | with a positive (%) |", "|---|---|---|---|---|---|"]
         for key, s in stats.items():
-            lines.append(f"| {NAMES.get(key, key)} | {s.get('questions')} | {_f(s.get('mean_candidates'), 1)} | "
-                         f"{_f(s.get('mean_positives'), 2)} | {_f(s.get('answerable_pct'), 1)} |")
+            lines.append(f"| {NAMES.get(key, key)} | {s.get('questions')} | {s.get('no_candidates', 0)} | "
+                         f"{_f(s.get('mean_candidates'), 1)} | {_f(s.get('mean_positives'), 2)} | "
+                         f"{_f(s.get('answerable_pct'), 1)} |")
         lines.append("")
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.md"

@@ -81,11 +81,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError("give --model DIR (a saved selector) or --selector rankgpt|utility")
     from pathlib import Path
 
+    # a saved selector directory, or the registered name of one that needs no training (retrieval)
+    from chunksel.pretrained import resolve
     from chunksel.selectors.base import REGISTRY
 
-    # a saved selector directory, or the registered name of one that needs no training (retrieval)
     named = args.model in REGISTRY and not Path(args.model).expanduser().exists()
-    name = args.model if named else read_config(args.model)["name"]
+    name = args.model if named else read_config(resolve(args.model))["name"]
     if (args.quantize or args.engine) and name != "prototype":
         raise ConfigError(f"{args.model} holds a {name!r} selector; --quantize and --engine apply to a "
                           "prototype selector")

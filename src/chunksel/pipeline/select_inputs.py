@@ -311,13 +311,12 @@ def load_or_make(path: str | Path, quantize: str | None = None, engine: str | No
             how), ``quantize=`` / ``engine=`` on anything but a saved prototype.
         DataError: neither a saved selector directory nor a registered name.
     """
-    from chunksel.pretrained import PRETRAINED, is_pretrained, pretrained_dir
+    from chunksel.pretrained import PRETRAINED, resolve
     from chunksel.selectors import REGISTRY, get_selector_class, make_selector
     from chunksel.selectors.base import read_config
 
     name = str(path)
-    if is_pretrained(name) and not Path(path).expanduser().exists():
-        path = pretrained_dir(name)  # a shipped model: loads as a saved folder
+    path = resolve(path)  # a shipped model's name: its folder
     if name in REGISTRY and not Path(path).expanduser().exists():
         if quantize is not None or engine is not None:
             raise ConfigError(f"quantize= and engine= apply to a saved prototype selector, not {name!r}")

@@ -59,6 +59,14 @@ def pretrained_dir(name: str) -> Path:
     return folder
 
 
+def resolve(path: str | Path) -> str | Path:
+    """A shipped model's folder for its name, unless a local path of that name exists;
+    anything else unchanged."""
+    if is_pretrained(str(path)) and not Path(path).expanduser().exists():
+        return pretrained_dir(str(path))
+    return path
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

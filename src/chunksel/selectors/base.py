@@ -468,9 +468,8 @@ def make_selector(name: str, **params: Any) -> Selector:
 def load_selector(path: str | Path) -> Selector:
     """Load any saved selector, dispatching on the name in its config.json; ``path`` may
     name a shipped pretrained selector (:mod:`chunksel.pretrained`)."""
-    from chunksel.pretrained import is_pretrained, pretrained_dir
+    from chunksel.pretrained import resolve
 
-    if is_pretrained(str(path)) and not Path(path).expanduser().exists():
-        path = pretrained_dir(str(path))
+    path = resolve(path)
     config = read_config(path)
     return get_selector_class(config["name"]).load(path)

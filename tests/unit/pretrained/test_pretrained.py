@@ -181,3 +181,12 @@ def test_with_every_embedding_given_no_encoder_needs_installing(no_data, monkeyp
         assert got.n_scored == 4
         with pytest.raises(ConfigError, match=r"chunksel\[retrieval\]"):
             cs.select("who wrote it?", ["a b", "c d"])
+
+
+def test_the_cli_takes_the_names(no_data, capsys):
+    from chunksel.cli import main
+
+    assert main(["select", "--quiet", "--model", "lambdamart-base", "--question", "How tall is the Eiffel Tower?",
+                 "--chunk", "Paris hosts many museums.", "--chunk", "The Eiffel Tower is 330 metres tall."]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["selector"] == "lambdamart" and got["selected"][0]["index"] == 1

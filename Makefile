@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-servers bench bench-full bench-large lint models pretrained
+.PHONY: install test test-servers bench bench-full bench-large lint models pretrained zeroshot
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,13 @@ bench: install models
 # rebuild the shipped pretrained selectors (src/chunksel/pretrained/models) from the shared data
 pretrained: install models
 	$(BIN)/python -m chunksel.study.pretrain
+
+# the zero-shot report (reports/zeroshot/): the pretrained models on unseen collections, then
+# their cold latency (benchmarks/results/pretrained_latency.json) rendered into it
+zeroshot: install models
+	$(BIN)/python -m chunksel.study.zeroshot --out reports/zeroshot
+	$(BIN)/python benchmarks/pretrained_latency.py
+	$(BIN)/python -m chunksel.study.zeroshot_report reports/zeroshot
 
 bench-full: install models
 	$(BIN)/chunksel bench --profile full --threads 1 --jobs 2 --out reports/full

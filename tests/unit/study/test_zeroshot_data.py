@@ -156,6 +156,32 @@ def test_bm25_lists_are_the_project_bm25_top_k(small_beir, encoder):
         assert [c.id for c in inst.candidates] == [corpus.ids[r] for r in best]
 
 
+def test_short_bm25_lists_are_filled_with_score_0_documents(tmp_path, encoder):
+    from chunksel.selectors.bm25_stats import bm25_matrix
+
+    folder = tmp_path / "beir" / "nfcorpus"
+    (folder / "qrels").mkdir(parents=True)
+    docs = ["Statins and breast cancer survival.", "Okra-free diets.", "Vitamin D in winter.",
+            "Statin use in older adults.", "Green tea and sleep.", "Fibre and the gut."]
+    with gzip.open(folder / "corpus.jsonl.gz", "wt", encoding="utf-8") as fh:
+        fh.writelines(json.dumps({"_id": f"MED-{i}", "title": "", "text": t}) + "\n" for i, t in enumerate(docs))
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "PLAIN-1", "text": "amnesia"}) + "\n"
+                                          + json.dumps({"_id": "PLAIN-2", "text": "statins"}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nPLAIN-1\tMED-2\t1\n"
+                                               "PLAIN-2\tMED-0\t2\n")
+    insts = zs.beir_instances("nfcorpus", "bm25", k=4, root=tmp_path, encoder=encoder, progress=False)
+    unmatched, matched = insts
+    assert [c.id for c in unmatched.candidates] == ["MED-0", "MED-1", "MED-2", "MED-3"]
+    assert all(c.score == 0 and c.meta["bm25_filler"] for c in unmatched.candidates)
+    assert unmatched.labels().tolist() == [0, 0, 0, 0] and unmatched.labels("grade").tolist() == [0, 0, 1, 0]
+    assert [c.id for c in matched.candidates] == ["MED-0", "MED-1", "MED-2", "MED-3"]  # "statins" only
+    assert matched.candidates[0].score > 0 and "bm25_filler" not in matched.candidates[0].meta
+    assert all(c.score == 0 and c.meta["bm25_filler"] for c in matched.candidates[1:])
+    np.testing.assert_array_equal(bm25_matrix(insts, str(zs.beir_corpus_path("nfcorpus", tmp_path)),
+                                              zs.BM25_K1, zs.BM25_B, progress=False), zs.retrieval_scores(insts))
+    assert zs.instance_stats(insts)["unmatched_lists"] == 1 and zs.instance_stats(insts)["filled_lists"] == 2
+
+
 def test_minilm_lists_are_the_exact_faiss_top_k(small_beir, encoder):
     import faiss
 

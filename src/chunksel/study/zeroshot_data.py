@@ -16,11 +16,11 @@ embedding, and per candidate ``id``, ``title``, ``text``, ``score`` (the retriev
   corpus. The top of bm25s's float32 ranking (every document tied with the last one kept)
   is re-scored with :meth:`BM25Stats.score_docs`, so a candidate's ``score`` is exactly
   what the BM25 selector gives it (``bm25_matrix`` with the corpus of
-  :func:`beir_corpus_path` / ``msmarco-sub``); ties go to the lower corpus row. Where fewer
-  than K documents share a term with the question (NFCorpus's one-word queries, no
-  stemming), the list is filled up to K with score-0 documents in corpus order, as bm25s's
-  own top-k returns zero-score documents (never an empty list, which no selector scores);
-  those carry ``meta["bm25_filler"] = True``.
+  :func:`beir_corpus_path` / ``msmarco-sub``); ties go to the lower corpus row. A document
+  sharing no term with the question is never a candidate, so a list may be shorter than K,
+  or empty (NFCorpus's one-word queries, no stemming: 25 of 323). No selector scores an
+  empty list (``Selector.score`` refuses it): leave those questions out and count them
+  (``instance_stats``'s ``empty_lists``).
 
 Candidates carry MiniLM embeddings whichever retriever ranked them. A BEIR corpus is read
 from ``corpus.jsonl.gz`` into a TSV under ``cache_root()/zeroshot/corpora/`` (whitespace
@@ -70,8 +70,6 @@ BM25_K1, BM25_B = 1.5, 0.75
 #: rows per embedding cache shard of a BEIR corpus (the resume granularity)
 BEIR_SHARD_ROWS = 256
 CUTOFF = 10
-#: how a BM25 list shorter than K (few documents share a term) is filled (in the cache key)
-FILL = "score-0 documents in corpus order"
 VERSION = 1
 BEIR_FILES = ("corpus.jsonl.gz", "queries.jsonl", "qrels/test.tsv")
 #: corpus checksum -> bm25s index, per process
@@ -211,7 +209,7 @@ def beir_instances(name: str, retriever: str, k: int = 20, progress: bool = True
     config = {"version": VERSION, "dataset": name, "retriever": retriever, "k": k, "limit": limit,
               "encoder": enc.model_id, "files": {f: file_checksum(folder / f) for f in BEIR_FILES}}
     if retriever == "bm25":
-        config.update(k1=BM25_K1, b=BM25_B, fill=FILL)
+        config.update(k1=BM25_K1, b=BM25_B)
 
     def build() -> list[Instance]:
         from chunksel.data.corpus import Corpus
@@ -249,7 +247,7 @@ def trec_dl_instances(year: str | int, retriever: str, k: int | None = None, pro
     config = {"version": VERSION, "dataset": f"trec-dl-20{yy}", "retriever": retriever, "k": k, "limit": limit,
               "encoder": enc.model_id, "files": {f: file_checksum(_data_file(droot, f)) for f in files}}
     if retriever == "bm25":
-        config.update(k1=BM25_K1, b=BM25_B, fill=FILL)
+        config.update(k1=BM25_K1, b=BM25_B)
 
     def build() -> list[Instance]:
         from chunksel.data.corpus import Corpus
@@ -332,27 +330,23 @@ def _bm25_lists(questions, corpus, tsv: Path, emb: np.ndarray, k: int, progress:
     for q in tqdm(questions, desc=f"bm25 {corpus.name}", unit=" q", disable=not show_progress(progress)):
         query = terms(words(q.text))
         ids = index.get_tokens_ids(query)
+        if not ids:
+            out.append([])
+            continue
+        s32 = np.asarray(index.get_scores_from_ids(ids), dtype=np.float64)
         own = corpus.row_of.get(q.meta["qid"])
-        keep: list[tuple[float, int]] = []
-        if ids:
-            s32 = np.asarray(index.get_scores_from_ids(ids), dtype=np.float64)
-            if own is not None:
-                s32[own] = 0.0
-            fetch = min(len(s32), k + 10)
-            cut = np.partition(s32, -fetch)[-fetch]
-            rows = np.flatnonzero((s32 > 0) & (s32 >= cut * (1 - 1e-5)))
-            for r in rows:
-                if r not in tokens:
-                    tokens[r] = terms(words(passage_text(corpus.titles[r], corpus.texts[r])))
-            exact = stats.score_docs(query, [tokens[r] for r in rows], BM25_K1, BM25_B)
-            keep = [(float(exact[j]), int(rows[j])) for j in np.lexsort((rows, -exact)) if exact[j] > 0][:k]
-        matched = len(keep)
-        if matched < k:  # too few documents share a term: fill with score-0 ones, corpus order
-            taken = {r for _, r in keep} | {own}
-            keep += [(0.0, r) for r in range(len(corpus)) if r not in taken][: k - matched]
+        if own is not None:
+            s32[own] = 0.0
+        fetch = min(len(s32), k + 10)
+        cut = np.partition(s32, -fetch)[-fetch]
+        rows = np.flatnonzero((s32 > 0) & (s32 >= cut * (1 - 1e-5)))
+        for r in rows:
+            if r not in tokens:
+                tokens[r] = terms(words(passage_text(corpus.titles[r], corpus.texts[r])))
+        exact = stats.score_docs(query, [tokens[r] for r in rows], BM25_K1, BM25_B)
+        keep = [(float(exact[j]), int(rows[j])) for j in np.lexsort((rows, -exact)) if exact[j] > 0][:k]
         out.append([Candidate(id=corpus.ids[r], text=corpus.texts[r], title=corpus.titles[r], score=s,
-                              meta={"bm25_filler": True} if j >= matched else {},
-                              embedding=np.array(emb[r], dtype=np.float32)) for j, (s, r) in enumerate(keep)])
+                              embedding=np.array(emb[r], dtype=np.float32)) for s, r in keep])
     return out
 
 
@@ -411,9 +405,10 @@ def _cached(dataset: str, config: dict[str, Any], build: Callable[[], list[Insta
 
 def instance_stats(instances: Sequence[Instance]) -> dict[str, float]:
     """Questions, mean list length, mean positives per list (binary label), the share of
-    questions with a positive, the mean judged candidates per list, and the BM25 lists
-    filled with score-0 documents (some, or all: no document shares a term)."""
+    questions with a positive, the mean judged candidates per list, and the lists shorter
+    than the longest (BM25: few documents share a term) or empty."""
     n = len(instances)
+    longest = max((len(i.candidates) for i in instances), default=0)
     pos = [int(i.labels(LABEL_SOURCE).sum()) for i in instances]
     return {
         "questions": n,
@@ -422,9 +417,8 @@ def instance_stats(instances: Sequence[Instance]) -> dict[str, float]:
         "answerable_pct": 100.0 * sum(p > 0 for p in pos) / n if n else 0.0,
         "mean_judged": float(np.mean([sum(c.id in i.question.meta.get("qrels", {}) for c in i.candidates)
                                       for i in instances])) if n else 0.0,
-        "filled_lists": sum(any(c.meta.get("bm25_filler") for c in i.candidates) for i in instances),
-        "unmatched_lists": sum(bool(i.candidates) and all(c.meta.get("bm25_filler") for c in i.candidates)
-                               for i in instances),
+        "short_lists": sum(0 < len(i.candidates) < longest for i in instances),
+        "empty_lists": sum(not i.candidates for i in instances),
     }
 
 

@@ -156,7 +156,7 @@ def test_bm25_lists_are_the_project_bm25_top_k(small_beir, encoder):
         assert [c.id for c in inst.candidates] == [corpus.ids[r] for r in best]
 
 
-def test_short_bm25_lists_are_filled_with_score_0_documents(tmp_path, encoder):
+def test_bm25_lists_hold_only_documents_sharing_a_term(tmp_path, encoder):
     from chunksel.selectors.bm25_stats import bm25_matrix
 
     folder = tmp_path / "beir" / "nfcorpus"
@@ -166,20 +166,21 @@ def test_short_bm25_lists_are_filled_with_score_0_documents(tmp_path, encoder):
     with gzip.open(folder / "corpus.jsonl.gz", "wt", encoding="utf-8") as fh:
         fh.writelines(json.dumps({"_id": f"MED-{i}", "title": "", "text": t}) + "\n" for i, t in enumerate(docs))
     (folder / "queries.jsonl").write_text(json.dumps({"_id": "PLAIN-1", "text": "amnesia"}) + "\n"
-                                          + json.dumps({"_id": "PLAIN-2", "text": "statins"}) + "\n")
+                                          + json.dumps({"_id": "PLAIN-2", "text": "statins and vitamin"}) + "\n")
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nPLAIN-1\tMED-2\t1\n"
                                                "PLAIN-2\tMED-0\t2\n")
     insts = zs.beir_instances("nfcorpus", "bm25", k=4, root=tmp_path, encoder=encoder, progress=False)
     unmatched, matched = insts
-    assert [c.id for c in unmatched.candidates] == ["MED-0", "MED-1", "MED-2", "MED-3"]
-    assert all(c.score == 0 and c.meta["bm25_filler"] for c in unmatched.candidates)
-    assert unmatched.labels().tolist() == [0, 0, 0, 0] and unmatched.labels("grade").tolist() == [0, 0, 1, 0]
-    assert [c.id for c in matched.candidates] == ["MED-0", "MED-1", "MED-2", "MED-3"]  # "statins" only
-    assert matched.candidates[0].score > 0 and "bm25_filler" not in matched.candidates[0].meta
-    assert all(c.score == 0 and c.meta["bm25_filler"] for c in matched.candidates[1:])
-    np.testing.assert_array_equal(bm25_matrix(insts, str(zs.beir_corpus_path("nfcorpus", tmp_path)),
-                                              zs.BM25_K1, zs.BM25_B, progress=False), zs.retrieval_scores(insts))
-    assert zs.instance_stats(insts)["unmatched_lists"] == 1 and zs.instance_stats(insts)["filled_lists"] == 2
+    assert unmatched.candidates == [] and unmatched.question.embedding is not None
+    assert sorted(c.id for c in matched.candidates) == ["MED-0", "MED-2"]  # no stemming: not "Statin"
+    assert matched.labels().tolist() == [int(c.id == "MED-0") for c in matched.candidates]
+    assert all(c.score > 0 for c in matched.candidates)
+    np.testing.assert_array_equal(bm25_matrix(insts[1:], str(zs.beir_corpus_path("nfcorpus", tmp_path)),
+                                              zs.BM25_K1, zs.BM25_B, progress=False), zs.retrieval_scores(insts[1:]))
+    stats = zs.instance_stats(insts)
+    assert stats["empty_lists"] == 1 and stats["short_lists"] == 0 and stats["questions"] == 2
+    scores = zs.retrieval_scores(insts)  # an empty list scores 0, and the metrics take it
+    assert zs.graded_ndcg_at_10(scores, insts)[0] == 0 and zs.mrr_at_10(scores, insts)[0] == 0
 
 
 def test_minilm_lists_are_the_exact_faiss_top_k(small_beir, encoder):

@@ -9,7 +9,9 @@ significance), :mod:`.pooled`, :mod:`.curves`, :mod:`.llm_table` (Table 5),
 ``run_study``, the ``bench --jobs`` workers), and the report:
 :mod:`.results` / :mod:`.records` (typed results), :mod:`.report`, :mod:`.tables`,
 :mod:`.targets`, :mod:`.headline`, :mod:`.generation_tables`, :mod:`.format`, :mod:`.plots`; :mod:`.compare`
-(are two results the same figures?).
+(are two results the same figures?). Beside the study: :mod:`.pretrain` (the recipe of
+the shipped pretrained selectors) and the zero-shot report, :mod:`.zeroshot_data`,
+:mod:`.zeroshot`, :mod:`.zeroshot_report`.
 
 Importing the package imports nothing (the results and report modules need numpy only).
 """

@@ -12,8 +12,10 @@ Writes ``benchmarks/results/pretrained_latency.json`` and prints a table.
   Wikipedia corpus, cut to K), so no feature memo or cache answers it (the application
   path keeps no LETOR memo); BM25 statistics in memory after load. p50 / p95 over
   ``--calls`` calls after 10 warm-up calls on other questions.
-- rows: ``retrieval`` (retrieval order through the same path), ``lambdamart-base``,
-  ``anchored-base`` (torch scorer) and ``anchored-base`` with ``engine="onnxruntime"``.
+- rows: ``retrieval`` (retrieval order through the same path), ``bm25`` (the Wikipedia
+  corpus's statistics), ``lambdamart-base``, ``anchored-base`` (torch scorer),
+  ``anchored-base`` with ``engine="onnxruntime"`` and the zero-shot report's cross-encoder
+  (MiniLM-L6 trained here, ONNX Runtime fp32) when it has been trained.
 - ``fresh``: a new Python process that imports chunksel, loads the model by name and
   selects once (K = 20, embeddings given), timed from just before the process starts to
   the selection's end (``--fresh`` runs, median; the interpreter's start-up included),
@@ -45,8 +47,9 @@ import numpy as np  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pretrained_latency.json"
 KS = (5, 20, 100)
-ROWS = (("retrieval", "retrieval", None), ("lambdamart-base", "lambdamart-base", None),
-        ("anchored-base", "anchored-base", None), ("anchored-base (onnxruntime)", "anchored-base", "onnxruntime"))
+ROWS = (("retrieval", "retrieval", None), ("bm25", "bm25", None), ("lambdamart-base", "lambdamart-base", None),
+        ("anchored-base", "anchored-base", None), ("anchored-base (onnxruntime)", "anchored-base", "onnxruntime"),
+        ("crossencoder", "crossencoder", None))
 
 FRESH = """
 import time, sys
@@ -89,6 +92,13 @@ def _measure(cs, insts, k: int) -> list[float]:
     return times
 
 
+def _crossencoder_folder():
+    from chunksel.config import cache_root
+
+    found = sorted((cache_root() / "zeroshot").glob("crossencoder-*/config.json"))
+    return found[-1].parent if found else None
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=200)
@@ -106,7 +116,15 @@ def main() -> int:
     insts = _instances(args.calls)
     rows = []
     for label, name, engine in ROWS:
-        if engine is None:
+        if name == "bm25":  # BM25 with the Wikipedia corpus's statistics
+            cs = ChunkSelector.load("bm25", corpus="wiki-w100")
+        elif name == "crossencoder":  # the zero-shot report's, when it has been trained
+            folder = _crossencoder_folder()
+            if folder is None:
+                print("crossencoder: not trained (python -m chunksel.study.zeroshot trains it); skipped")
+                continue
+            cs = ChunkSelector.load(folder)
+        elif engine is None:
             cs = ChunkSelector.load(name)
         else:  # the scorer as its exported graph in ONNX Runtime
             from chunksel.pretrained import pretrained_dir

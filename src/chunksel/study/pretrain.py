@@ -61,8 +61,10 @@ def _commit() -> str:
         return "unknown"
 
 
-def load_pooled(limit: int | None = LIMIT, progress: bool = True) -> tuple[list[Instance], list[Instance], dict]:
-    """The pooled training and validation instances and each dataset's data checksums."""
+def load_pooled(limit: int | None = LIMIT, progress: bool = True, datasets: Sequence[str] | None = None,
+                ) -> tuple[list[Instance], list[Instance], dict]:
+    """The pooled training and validation instances and each dataset's data checksums
+    (``datasets``: default the six benchmark datasets)."""
     from chunksel.build import build_instances
     from chunksel.data.datasets import BENCHMARK_DATASETS
     from chunksel.selectors.bm25_stats import corpus_checksum
@@ -70,7 +72,7 @@ def load_pooled(limit: int | None = LIMIT, progress: bool = True) -> tuple[list[
     train: list[Instance] = []
     val: list[Instance] = []
     data: dict[str, Any] = {"corpus_stats": {CORPUS: corpus_checksum(CORPUS)}, "datasets": {}}
-    for ds in BENCHMARK_DATASETS:
+    for ds in datasets or BENCHMARK_DATASETS:
         built = build_instances(ds, k=K, limit=limit, split=SPLIT, progress=progress)
         kept = [i for i in built.instances if not i.id.startswith(TREC_DL_PREFIX)]
         tr = [i for i in kept if i.split == "train"]

@@ -86,8 +86,9 @@ def test_the_recipe_leaves_every_trec_dl_topic_out(data_root, monkeypatch):
 
     monkeypatch.setenv("CHUNKSEL_DATA", str(data_root))
 
-    train, val, data = pretrain.load_pooled(limit=400, progress=False)
+    train, val, data = pretrain.load_pooled(limit=400, progress=False, datasets=["msmarco"])  # the one with DL topics
     pretrain.no_trec_dl(train + val)
+    assert train and val
     built = build_instances("msmarco", k=pretrain.K, limit=400, split=pretrain.SPLIT, progress=False)
     dl = [i for i in built.instances if i.id.startswith(pretrain.TREC_DL_PREFIX)]
     assert dl and data["datasets"]["msmarco"]["trec_dl_left_out"] == len(dl)

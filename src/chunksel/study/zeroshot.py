@@ -13,7 +13,7 @@ Collections (:data:`COLLECTIONS`):
 - each of the six benchmark datasets held out (leave one dataset out): LambdaMART and the
   anchored selector retrained by the pretrained recipe without it (its settings, the
   pooled training and validation splits of the other five), tested on its test split's
-  MiniLM top-5 lists.
+  MiniLM top-5 lists and, separately, on BM25 top-5 lists (``build_instances(index="bm25")``).
 
 Rows (:data:`ROWS`): retrieval order; BM25 with the collection's own statistics;
 ``lambdamart-base`` and ``anchored-base`` (the shipped models, the shipped Wikipedia
@@ -180,9 +180,14 @@ def _finish(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ leave one dataset out
-def lodo(progress: bool, only: Sequence[str] | None = None) -> dict[str, Any]:
+#: the candidate lists of the held-out datasets: the build's ``index`` for each
+LODO_CANDIDATES = {"minilm": "flat", "bm25": "bm25"}
+
+
+def lodo(progress: bool, only: Sequence[str] | None = None, candidates: str = "minilm") -> dict[str, Any]:
     """Each benchmark dataset held out: the recipe's LambdaMART and anchored selector
-    retrained on the other five (pooled training, validation), tested on its test split."""
+    retrained on the other five (pooled training, validation: the recipe's MiniLM lists),
+    tested on its test split's top-5 lists of ``candidates`` (``minilm`` or ``bm25``)."""
     from chunksel.build import build_instances
     from chunksel.data.datasets import BENCHMARK_DATASETS
     from chunksel.selectors import make_selector
@@ -192,12 +197,14 @@ def lodo(progress: bool, only: Sequence[str] | None = None) -> dict[str, Any]:
     train, val, _ = pretrain.load_pooled(pretrain.LIMIT, progress)
     out = {}
     for ds in only or BENCHMARK_DATASETS:
-        test = [i for i in build_instances(ds, k=pretrain.K, limit=pretrain.LIMIT, split=pretrain.SPLIT,
-                                           progress=progress).instances if i.split == "test"]
+        test = [i for i in build_instances(ds, k=pretrain.K, index=LODO_CANDIDATES[candidates], limit=pretrain.LIMIT,
+                                           split=pretrain.SPLIT, progress=progress).instances
+                if i.split == "test" and i.candidates]
         tr = [i for i in train if i.question.dataset != ds]
         va = [i for i in val if i.question.dataset != ds]
-        rows = {"retrieval": evaluate_row(make_selector("retrieval"), test, False),
-                "bm25": evaluate_row(make_selector("bm25", progress=False), test, False)}
+        rows = {"retrieval": evaluate_row(make_selector("retrieval"), test, False)}
+        if candidates != "bm25":  # on BM25 lists the BM25 row is retrieval order
+            rows["bm25"] = evaluate_row(make_selector("bm25", progress=False), test, False)
         for key, name, params in (("lambdamart (LODO)", "lambdamart", {}),
                                   ("anchored (LODO)", "anchored", {"blocks": blocks})):
             t = time.time()
@@ -208,7 +215,7 @@ def lodo(progress: bool, only: Sequence[str] | None = None) -> dict[str, Any]:
         out[ds] = _finish(rows)
         out[ds]["anchored_vs_lambdamart"] = compare_rows(
             {k: rows[k] for k in ("anchored (LODO)", "lambdamart (LODO)")}, "lambdamart (LODO)")["anchored (LODO)"]
-        say(f"held out {ds}: " + ", ".join(f"{k} {v['rank1']:.2f}" for k, v in rows.items()))
+        say(f"held out {ds} ({candidates} lists): " + ", ".join(f"{k} {v['rank1']:.2f}" for k, v in rows.items()))
     return out
 
 
@@ -219,18 +226,29 @@ def _pretrained_dir(name: str) -> Path:
 
 
 # ------------------------------------------------------------------ the run
-def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = None, with_lodo: bool = True,
-        with_ce: bool = True) -> dict[str, Any]:
+def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = None,
+        lodo_candidates: Sequence[str] = tuple(LODO_CANDIDATES), with_ce: bool = True,
+        update: bool = False) -> dict[str, Any]:
+    """Run the collections (``only``: those keys; ``()``: none) and the held-out datasets
+    for each of ``lodo_candidates``; ``update`` keeps what ``out/results.json`` holds for
+    the parts not run (each part's figures depend on its own inputs alone)."""
     from chunksel.pretrained import read_manifest
     from chunksel.selectors import make_selector
     from chunksel.study.zeroshot_data import instance_stats
 
-    t0 = time.time()
-    results: dict[str, Any] = {"collections": {}, "stats": {}, "pretrained_commit": read_manifest().get("commit")}
-    ce = crossencoder(progress) if with_ce else None
+    results: dict[str, Any] = {"collections": {}, "stats": {}, "lodo": {}, "seconds": {}}
+    if update and (out / "results.json").is_file():
+        results.update(json.loads((out / "results.json").read_text()))
+        results.setdefault("lodo", {})
+        if not isinstance(results.get("seconds"), dict):
+            results["seconds"] = {}
+    results["pretrained_commit"] = read_manifest().get("commit")
+    keys = [k for k in collections(progress) if only is None or k in only]
+    ce = crossencoder(progress) if with_ce and keys else None
     for key, (build, stats_corpus) in collections(progress).items():
-        if only and key not in only:
+        if key not in keys:
             continue
+        tk = time.time()
         built = build()
         insts = [i for i in built if i.candidates]  # BM25 finds nothing for a query without a corpus term
         graded = key != "wikiqa"
@@ -246,11 +264,13 @@ def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = Non
         if ce is not None:
             rows["crossencoder"] = evaluate_row(ce, insts, graded)
         results["collections"][key] = _finish(rows)
+        results["seconds"][key] = time.time() - tk
         say(f"{key}: " + ", ".join(f"{k} {v['rank1']:.2f}" for k, v in rows.items()))
-    if with_lodo:
-        results["lodo"] = lodo(progress)
+    for cand in lodo_candidates:
+        tk = time.time()
+        results["lodo"][cand] = lodo(progress, candidates=cand)
+        results["seconds"][f"lodo/{cand}"] = time.time() - tk
     results["average"] = zero_shot_average(results)
-    results["seconds"] = time.time() - t0
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
     from chunksel.study.zeroshot_report import write_report
@@ -268,7 +288,7 @@ def zero_shot_average(results: dict[str, Any]) -> dict[str, Any]:
     parts = [results["collections"][k]["rows"] for k in AVERAGE if k in results["collections"]]
     parts += [{"retrieval": r["rows"]["retrieval"], "bm25": r["rows"]["bm25"],
                "lambdamart-base": r["rows"]["lambdamart (LODO)"], "anchored-base": r["rows"]["anchored (LODO)"]}
-              for r in (results.get("lodo") or {}).values()]
+              for r in ((results.get("lodo") or {}).get("minilm") or {}).values()]
     if not parts:
         return {}
     names = [n for n in ("retrieval", "bm25", "lambdamart-base", "anchored-base") if all(n in p for p in parts)]
@@ -285,12 +305,16 @@ def zero_shot_average(results: dict[str, Any]) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m chunksel.study.zeroshot", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--only", action="append", default=None, help="collection key(s) to run")
-    p.add_argument("--no-lodo", action="store_true")
+    p.add_argument("--only", action="append", default=None, help="collection key(s) to run ('none': no collection)")
+    p.add_argument("--lodo", nargs="*", default=list(LODO_CANDIDATES), choices=list(LODO_CANDIDATES),
+                   help="the held-out datasets' candidate lists to run (none: skip)")
     p.add_argument("--no-ce", action="store_true")
+    p.add_argument("--update", action="store_true", help="keep the parts of OUT/results.json not run now")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
-    run(args.out, progress=not args.quiet, only=args.only, with_lodo=not args.no_lodo, with_ce=not args.no_ce)
+    only = [] if args.only == ["none"] else args.only
+    run(args.out, progress=not args.quiet, only=only, lodo_candidates=args.lodo, with_ce=not args.no_ce,
+        update=args.update)
     return 0
 
 

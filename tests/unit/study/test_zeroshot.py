@@ -50,11 +50,12 @@ def test_zero_shot_average_pools_collections_and_held_out_datasets(tmp_path):
                          "lambdamart-base": _row(b), "anchored-base": _row(a)}}
 
     results = {"collections": {"wikiqa": zeroshot._finish(coll([1, 1, 0, 1], [1, 0, 0, 1])["rows"])},
-               "lodo": {"nq": zeroshot._finish({"retrieval": _row([1, 0]), "bm25": _row([0, 0]),
-                                                "lambdamart (LODO)": _row([1, 0]), "anchored (LODO)": _row([1, 1])})}}
-    results["lodo"]["nq"]["anchored_vs_lambdamart"] = zeroshot.compare_rows(
-        {k: results["lodo"]["nq"]["rows"][k] for k in ("anchored (LODO)", "lambdamart (LODO)")},
-        "lambdamart (LODO)")["anchored (LODO)"]
+               "lodo": {"minilm": {"nq": zeroshot._finish({
+                   "retrieval": _row([1, 0]), "bm25": _row([0, 0]), "lambdamart (LODO)": _row([1, 0]),
+                   "anchored (LODO)": _row([1, 1])})}}}
+    nq = results["lodo"]["minilm"]["nq"]
+    nq["anchored_vs_lambdamart"] = zeroshot.compare_rows(
+        {k: nq["rows"][k] for k in ("anchored (LODO)", "lambdamart (LODO)")}, "lambdamart (LODO)")["anchored (LODO)"]
     avg = zeroshot.zero_shot_average(results)
     assert avg["collections"] == 2
     assert avg["rank1"]["anchored-base"] == pytest.approx((75.0 + 100.0) / 2)
@@ -64,6 +65,6 @@ def test_zero_shot_average_pools_collections_and_held_out_datasets(tmp_path):
     results["average"] = avg
     path = write_report(json.loads(json.dumps(results)), tmp_path)
     text = path.read_text()
-    assert "## Zero-shot average" in text and "## Each benchmark dataset held out" in text
+    assert "## Zero-shot average" in text and "## Each benchmark dataset held out, MiniLM" in text
     assert "| `anchored-base` | 87.50 |" in text
     assert "| nq (n = 2) | 50.00 | 0.00 | 50.00 | 100.00 | +50.00 [" in text

@@ -40,6 +40,7 @@ from chunksel.pipeline.select_inputs import (
     check_embedding_model,
     check_question_embeddings,
     check_questions,
+    check_score_scale,
     fill_embeddings,
     given_features,
     load_or_make,
@@ -348,6 +349,8 @@ class ChunkSelector:
         feat_l, title_l = as_list(features, b, "features"), as_list(titles, b, "titles")
         texts = check_chunks(chunks_l, emb_l, scores_l, title_l, self.reads_text, self.name, self.embedding_dim)
         check_question_embeddings(qemb_l, emb_l, self.embedding_dim)
+        if "retrieval_score" in self.inputs and self.provenance.get("encoder_id"):
+            check_score_scale(self.name, self.provenance["encoder_id"], scores_l)
         n_scored = [min(len(t), self.k_max) if self.k_max else len(t) for t in texts]
 
         timings = {"encode": 0.0, "warmup": 0.0, "score": 0.0}

@@ -80,6 +80,22 @@ def check_embedding_model(selector: str, want: str, model: str) -> None:
         )
 
 
+def check_score_scale(selector: str, encoder_id: str, scores_l: list[Any]) -> None:
+    """Raise when the caller's ``chunk_scores`` cannot be the cosines of unit vectors that a
+    selector trained on ``encoder_id``'s retrieval scores reads (another retriever's, e.g.
+    BM25's, are on another scale and would mislead its features)."""
+    for i, scores in enumerate(scores_l):
+        if scores is None:
+            continue
+        s = np.asarray(scores, dtype=np.float64)
+        if s.size and np.abs(s).max() > 1.0 + 1e-4:
+            raise field_error(
+                "chunk_scores", f"{_at(i, len(scores_l))}chunk_scores reach {np.abs(s).max():.4g}, but the {selector} "
+                f"selector reads the cosine retrieval scores of {encoder_id} (in [-1, 1]): scores from another retriever "
+                "(BM25?) would mislead it. Leave chunk_scores out (the cosines are computed from the embeddings; "
+                "the chunks keep the order you give them), or pass the cosines")
+
+
 def check_questions(questions: Any) -> list[str]:
     if isinstance(questions, str):
         raise field_error("questions", "questions must be a list of strings, got one string (use select())")

@@ -22,8 +22,11 @@ cross-encoder trained here on the pretrained recipe's pooled training split (no 
 topic; the transfer stage's short recipe) on the unseen collections. The generator-coupled
 flagship has no generator features on these collections and is not a row.
 
-A question whose list is empty (BM25 finds no corpus term of it) is left out of every row
-and counted. Per collection and row: rank-1 with a bootstrap interval, nDCG@10 and MRR@10 where graded;
+On BM25 lists the learned rows read the lists in BM25's order with MiniLM cosines as
+their retrieval scores (:func:`minilm_scored`: what ``ChunkSelector`` computes for a
+caller who passes no ``chunk_scores``; BM25 scores are refused, being on another scale
+than the cosines the models were trained on). A question whose list is empty (BM25 finds
+no corpus term of it) is left out of every row and counted. Per collection and row: rank-1 with a bootstrap interval, nDCG@10 and MRR@10 where graded;
 the paired bootstrap interval and McNemar's p against the strongest row by rank-1 and
 against retrieval order; calibration transfer for the calibrated rows (chunk ECE, set
 AUROC, ``k="auto"`` chunks and recall). Zero-shot average: rank-1 over WikiQA, NFCorpus,
@@ -120,6 +123,21 @@ def crossencoder(progress: bool) -> Any:
     return sel
 
 
+def minilm_scored(insts: Sequence[Instance]) -> list[Instance]:
+    """The lists in their retriever's order, each candidate's score the MiniLM cosine to the
+    question: what ``ChunkSelector`` computes when a caller whose retriever is not MiniLM
+    passes no ``chunk_scores`` (the pretrained models read MiniLM cosines; a BM25 score
+    is refused, :func:`~chunksel.pipeline.select_inputs.check_score_scale`)."""
+    from dataclasses import replace
+
+    out = []
+    for inst in insts:
+        q = np.asarray(inst.question.embedding, dtype=np.float64)
+        cands = [replace(c, score=float(q @ np.asarray(c.embedding, dtype=np.float64))) for c in inst.candidates]
+        out.append(replace(inst, candidates=cands))
+    return out
+
+
 def _scores(sel: Any, insts: Sequence[Instance]) -> np.ndarray:
     s = np.asarray(sel.score(list(insts)), dtype=np.float64)
     width = max(len(i.candidates) for i in insts)
@@ -210,7 +228,7 @@ def lodo(progress: bool, only: Sequence[str] | None = None, candidates: str = "m
             t = time.time()
             sel = make_selector(name, corpus=pretrain.CORPUS, progress=progress, **params)
             sel.fit(tr, None, va)
-            rows[key] = evaluate_row(sel, test, False)
+            rows[key] = evaluate_row(sel, minilm_scored(test) if candidates == "bm25" else test, False)
             rows[key]["fit_seconds"] = time.time() - t
         out[ds] = _finish(rows)
         out[ds]["anchored_vs_lambdamart"] = compare_rows(
@@ -257,12 +275,13 @@ def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = Non
         rows: dict[str, dict[str, Any]] = {}
         rows["retrieval"] = evaluate_row(make_selector("retrieval"), insts, graded)
         rows["bm25"] = evaluate_row(make_selector("bm25", corpus=stats_corpus, progress=False), insts, graded)
+        learned = minilm_scored(insts) if key.endswith("/bm25") else insts  # BM25's order, MiniLM cosines
         for name in ("lambdamart-base", "anchored-base"):
-            rows[name] = evaluate_row(pretrained_selector(name), insts, graded)
+            rows[name] = evaluate_row(pretrained_selector(name), learned, graded)
             if key == OWN_STATS:
-                rows[f"{name} (own stats)"] = evaluate_row(pretrained_selector(name, stats_corpus), insts, graded)
+                rows[f"{name} (own stats)"] = evaluate_row(pretrained_selector(name, stats_corpus), learned, graded)
         if ce is not None:
-            rows["crossencoder"] = evaluate_row(ce, insts, graded)
+            rows["crossencoder"] = evaluate_row(ce, learned, graded)
         results["collections"][key] = _finish(rows)
         results["seconds"][key] = time.time() - tk
         say(f"{key}: " + ", ".join(f"{k} {v['rank1']:.2f}" for k, v in rows.items()))

@@ -175,6 +175,7 @@ def test_with_every_embedding_given_no_encoder_needs_installing(no_data, monkeyp
     monkeypatch.setattr(encoder_module, "default_model_dir", missing)
     rng = np.random.default_rng(1)
     e, q = rng.normal(size=(4, 384)), rng.normal(size=384)
+    e, q = e / np.linalg.norm(e, axis=1, keepdims=True), q / np.linalg.norm(q)
     for name in NAMES:
         cs = ChunkSelector.load(name)
         got = cs.select("who wrote it?", ["a b", "c d", "e f", "g h"], question_embedding=q, chunk_embeddings=e,
@@ -191,3 +192,21 @@ def test_the_cli_takes_the_names(no_data, capsys):
                  "--chunk", "Paris hosts many museums.", "--chunk", "The Eiffel Tower is 330 metres tall."]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["selector"] == "lambdamart" and got["selected"][0]["index"] == 1
+
+
+def test_another_retrievers_scores_are_refused_and_leaving_them_out_works(no_data):
+    """The pretrained models read MiniLM cosines as retrieval scores: BM25 scores are an
+    error naming the fix; without chunk_scores the cosines come from the embeddings and
+    the chunks keep the caller's order."""
+    from chunksel import ChunkSelector
+
+    question = "How tall is the Eiffel Tower?"
+    chunks = ["Paris hosts many museums.", "The Eiffel Tower is 330 metres tall.", "A river crosses the city."]
+    q, e = _vectors([question])[0], _vectors(chunks)
+    cs = ChunkSelector.load("lambdamart-base")
+    with pytest.raises(DataError, match=r"chunk_scores reach 12.5.*Leave chunk_scores out"):
+        cs.select(question, chunks, question_embedding=q, chunk_embeddings=e, chunk_scores=[12.5, 9.1, 3.0])
+    sel = cs.select(question, chunks, question_embedding=q, chunk_embeddings=e)
+    assert sel.selected[0].index == 1
+    assert cs.select(question, chunks, question_embedding=q, chunk_embeddings=e,
+                     chunk_scores=(e @ q).tolist()).selected[0].index == 1

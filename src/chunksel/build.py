@@ -3,12 +3,12 @@
 ``build_instances(dataset, ...)`` loads a dataset's questions (or a generic JSONL
 file: its records' ``ctxs`` are the candidates, or, without ``ctxs``, candidates are
 retrieved from ``corpus``, a benchmark corpus or the user's passage TSV/JSONL, embedded
-and indexed on first use and cached), takes a deterministic sample when asked (``limit``), retrieves the top-K
-candidates with MiniLM + FAISS (or uses the candidates the set ships with), labels every
-candidate with every label source available, assigns the split, and writes the
-instances under ``CHUNKSEL_CACHE/instances/<dataset>/<key>/``. A finished build is
-reused; the expensive parts under it (corpus embeddings, the index) have caches of
-their own.
+and indexed on first use and cached), takes a deterministic sample when asked (``limit``),
+retrieves the top-K candidates with MiniLM + FAISS or BM25 (``index="bm25"``: they carry
+MiniLM embeddings too), or uses those the set ships with, labels every candidate with every
+label source available, assigns the split, and writes the instances under
+``CHUNKSEL_CACHE/instances/<dataset>/<key>/``. A finished build is reused; the expensive
+parts under it (corpus embeddings, the index) have caches of their own.
 
 The sample keeps the splits: a question's split is a hash of its normalised text, and
 the sample takes the questions with the smallest hash of their id, so every profile is
@@ -32,6 +32,7 @@ from chunksel.errors import ConfigError, DataError
 from chunksel.types import SPLITS, Candidate, Instance, Question
 
 BUILD_VERSION = 2  # 2: question embeddings travel with the instances
+INDEXES = ("flat", "ivfpq", "bm25")  # MiniLM + FAISS (exact, IVF-PQ), or BM25 (selectors.bm25_lists)
 
 # corpus-level parts reused by every build of one process (a bench run builds six
 # datasets over two corpora): (corpus, index kind, data root) -> Retriever, and
@@ -167,8 +168,8 @@ def build_instances(
     Args:
         dataset: a name from :data:`chunksel.data.datasets.DATASETS`, or a label for
             ``input_path`` (a generic JSONL file).
-        k: candidates per question.
-        index: ``flat`` (exact inner product) or ``ivfpq`` (the paper's IVF-PQ).
+        k: candidates per question (BM25: fewer where fewer passages share a term; none: left out).
+        index: ``flat`` (exact inner product), ``ivfpq`` (the paper's IVF-PQ) or ``bm25``; given lists ignore it.
         candidates: ``retrieve`` from the corpus, or ``given`` (the lists a set ships).
         limit: deterministic sample of at most this many questions.
         input_path: a generic JSONL file (:mod:`chunksel.data.jsonl`) instead of a
@@ -198,8 +199,8 @@ def build_instances(
     if k < 1:
         raise ConfigError(f"--k must be >= 1, got {k}")
     check_split_scheme(split)
-    if index not in ("flat", "ivfpq"):
-        raise ConfigError(f"unknown index {index!r}; use flat or ivfpq")
+    if index not in INDEXES:
+        raise ConfigError(f"unknown index {index!r}; use {', '.join(INDEXES)}")
     if candidates not in ("retrieve", "given"):
         raise ConfigError(f"unknown candidates mode {candidates!r}; use retrieve or given")
     if input_path is None and dataset not in DATASETS:
@@ -248,6 +249,7 @@ def build_instances(
         instances = _build_from_jsonl(Path(input_path), dataset, k, index, limit, progress, corpus)
     else:
         instances = _build_named(dataset, spec, k, index, candidates, limit, droot, progress)
+    instances = [i for i in instances if i.candidates]  # BM25: no corpus passage shares a term
     if not instances:
         raise DataError(f"{dataset}: no instances were built (no questions with candidates)")
     meta: dict = {"config": config}
@@ -348,12 +350,12 @@ def _build_named(dataset, spec, k, index, candidates, limit, droot, progress) ->
 
             corpus = Corpus.load(spec.corpus, droot, progress=progress)
     else:
-        from chunksel.retrieval.retriever import Retriever
+        from chunksel.selectors.bm25_lists import make_retriever
 
         questions = sample_questions(questions, limit)
         key = (spec.corpus, index, str(droot))
         if key not in _RETRIEVERS:
-            _RETRIEVERS[key] = Retriever.from_corpus(spec.corpus, kind=index, root=droot, progress=progress)
+            _RETRIEVERS[key] = make_retriever(spec.corpus, index, root=droot, progress=progress)
         retriever = _RETRIEVERS[key]
         corpus = retriever.corpus
         cand_lists = retriever.retrieve(questions, k=k, progress=progress)
@@ -451,11 +453,11 @@ def _build_from_jsonl(path: Path, dataset: str, k: int, index: str, limit, progr
             "(a corpus name, or a passage TSV/JSONL file), or add ctxs to each record"
         )
     from chunksel.labels.gold import GoldIndex
-    from chunksel.retrieval.retriever import Retriever
+    from chunksel.selectors.bm25_lists import make_retriever
 
     key = (str(corpus), index, "")
     if key not in _RETRIEVERS:
-        _RETRIEVERS[key] = Retriever.from_corpus(corpus, kind=index, progress=progress)
+        _RETRIEVERS[key] = make_retriever(corpus, index, progress=progress)
     retriever = _RETRIEVERS[key]
     cand_lists = retriever.retrieve(questions, k=k, progress=progress)
     has_gold = any(q.gold_ids or q.gold_texts for q in questions)

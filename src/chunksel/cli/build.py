@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from chunksel.cli.common import add_common
+from chunksel.cli.common import INDEX_HELP, INDEXES, add_common
 from chunksel.settings import Settings
 
 COMMANDS = ("build",)
@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", default=None,
                    help="triviaqa, nq, popqa, msmarco, squad2, hotpotqa, wikiqa (or the label of an --input file)")
     p.add_argument("--k", type=int, default=5, help="candidates per question (default 5)")
-    p.add_argument("--index", choices=["flat", "ivfpq"], default="flat", help="FAISS index (default flat)")
+    p.add_argument("--index", choices=INDEXES, default="flat", help=INDEX_HELP)
     p.add_argument("--candidates", choices=["retrieve", "given"], default="retrieve",
                    help="retrieve from the corpus, or use the candidates a set ships with")
     p.add_argument("--limit", type=int, default=None, help="deterministic sample of at most N questions")

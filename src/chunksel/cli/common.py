@@ -12,6 +12,11 @@ from collections.abc import Sequence
 
 from chunksel.settings import Settings
 
+#: ``--index`` choices: candidate retrieval (``chunksel.build.INDEXES``, spelled out so that
+#: parsing imports no build code)
+INDEXES = ("flat", "ivfpq", "bm25")
+INDEX_HELP = "candidates: flat or ivfpq (MiniLM + FAISS), or bm25 (default flat)"
+
 
 def add_common(p: argparse.ArgumentParser) -> None:
     """``--seed --threads --data-root --cache --quiet --label``: on every command."""

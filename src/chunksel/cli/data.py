@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from chunksel.cli.common import add_common, add_ray_options
+from chunksel.cli.common import INDEX_HELP, INDEXES, add_common, add_ray_options
 from chunksel.settings import Settings
 
 COMMANDS = ("features", "embed")
@@ -17,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", nargs="+", required=True)
     p.add_argument("--generator", default=None, help="HF directory or .gguf file (default SmolLM2-135M-Instruct)")
     p.add_argument("--k", type=int, default=5)
-    p.add_argument("--index", choices=["flat", "ivfpq"], default="flat")
+    p.add_argument("--index", choices=INDEXES, default="flat", help=INDEX_HELP)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=32)
     add_ray_options(p)

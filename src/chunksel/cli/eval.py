@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from chunksel.cli.common import add_common, add_data_source, dataset_args
+from chunksel.cli.common import INDEX_HELP, INDEXES, add_common, add_data_source, dataset_args
 from chunksel.settings import Settings
 
 COMMANDS = ("eval",)
@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="a saved selector directory, or a registered name")
     p.add_argument("--split", default="test")
     p.add_argument("--k", type=int, default=5)
-    p.add_argument("--index", choices=["flat", "ivfpq"], default="flat")
+    p.add_argument("--index", choices=INDEXES, default="flat", help=INDEX_HELP)
     p.add_argument("--limit", type=int, default=None)
 
 

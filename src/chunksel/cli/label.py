@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from chunksel.cli.common import add_common, add_ray_options
+from chunksel.cli.common import INDEX_HELP, INDEXES, add_common, add_ray_options
 from chunksel.llm.cli_options import add_llm_arguments
 from chunksel.settings import Settings, use
 
@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="local (transformers, SmolLM2 unless --model) or an OpenAI-compatible base URL")
     p.add_argument("--model", default=None, help="local: a model folder or .gguf; URL: the server's model name")
     p.add_argument("--k", type=int, default=5)
-    p.add_argument("--index", choices=["flat", "ivfpq"], default="flat")
+    p.add_argument("--index", choices=INDEXES, default="flat", help=INDEX_HELP)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=8, help="pairs per backend call (default 8)")
     add_llm_arguments(p)

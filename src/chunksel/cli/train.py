@@ -6,7 +6,14 @@ import argparse
 import inspect
 import sys
 
-from chunksel.cli.common import add_common, add_data_source, dataset_args, parse_params
+from chunksel.cli.common import (
+    INDEX_HELP,
+    INDEXES,
+    add_common,
+    add_data_source,
+    dataset_args,
+    parse_params,
+)
 from chunksel.settings import Settings
 
 COMMANDS = ("train",)
@@ -20,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="directory to save the trained selector")
     p.add_argument("--k", type=int, default=5,
                    help="candidates per question; a selector with a fixed K (a `k` setting) is trained for it")
-    p.add_argument("--index", choices=["flat", "ivfpq"], default="flat")
+    p.add_argument("--index", choices=INDEXES, default="flat", help=INDEX_HELP)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="selector setting (JSON value), repeatable")

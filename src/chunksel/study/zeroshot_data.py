@@ -13,7 +13,8 @@ embedding, and per candidate ``id``, ``title``, ``text``, ``score`` (the retriev
   by the corpus file's checksum, :data:`BEIR_SHARD_ROWS` rows a shard, so an interrupted
   run loses at most one shard); ``msmarco-sub`` uses its shipped precomputed embeddings.
 - ``bm25``: bm25s (Lucene, k1 = 1.5, b = 0.75, the project's tokenisation) over the same
-  corpus. The top of bm25s's float32 ranking (every document tied with the last one kept)
+  corpus (:func:`chunksel.selectors.bm25_lists.bm25_top_k`, shared with the build stage's
+  ``index="bm25"``). The top of bm25s's float32 ranking (every document tied with the last one kept)
   is re-scored with :meth:`BM25Stats.score_docs`, so a candidate's ``score`` is exactly
   what the BM25 selector gives it (``bm25_matrix`` with the corpus of
   :func:`beir_corpus_path` / ``msmarco-sub``); ties go to the lower corpus row. A document
@@ -52,9 +53,10 @@ from typing import Any
 
 import numpy as np
 
-from chunksel.config import cache_root, config_hash, data_root, file_checksum, show_progress
-from chunksel.errors import ConfigError, DataError, require
+from chunksel.config import cache_root, config_hash, data_root, file_checksum
+from chunksel.errors import ConfigError, DataError
 from chunksel.labels.gold import QRELS_POSITIVE_GRADE
+from chunksel.selectors.bm25_lists import BM25_B, BM25_K1, bm25_top_k
 from chunksel.types import Candidate, Instance, Question, candidate_mask
 
 #: the BEIR collections under ``$CHUNKSEL_DATA/beir/`` and their top grade (= positive)
@@ -66,14 +68,11 @@ TREC_DL_K = {"bm25": 100, "minilm": 20}
 #: the binary label source (each instance's default spec) and the graded one
 LABEL_SOURCE = "qrels"
 GRADE_SOURCE = "grade"
-BM25_K1, BM25_B = 1.5, 0.75
 #: rows per embedding cache shard of a BEIR corpus (the resume granularity)
 BEIR_SHARD_ROWS = 256
 CUTOFF = 10
 VERSION = 1
 BEIR_FILES = ("corpus.jsonl.gz", "queries.jsonl", "qrels/test.tsv")
-#: corpus checksum -> bm25s index, per process
-_BM25S: dict[str, Any] = {}
 
 
 # ------------------------------------------------------------------ inputs
@@ -282,7 +281,7 @@ def _instances(questions: list[Question], corpus, tsv: Path, emb: np.ndarray, en
     if retriever == "minilm":
         lists = _dense_lists(questions, corpus, emb, encoder, k, progress)
     else:
-        lists = _bm25_lists(questions, corpus, tsv, emb, k, progress)
+        lists = bm25_top_k(questions, corpus, tsv, emb, k, progress, exclude=[q.meta["qid"] for q in questions])
         vecs = encoder.encode_questions(questions, progress=progress)
         for q, v in zip(questions, vecs, strict=True):
             q.embedding = np.asarray(v, dtype=np.float32)
@@ -305,72 +304,6 @@ def _dense_lists(questions, corpus, emb, encoder, k: int, progress: bool) -> lis
     fetch = min(len(corpus), k + any(q.meta["qid"] in corpus.row_of for q in questions))
     lists = dense.retrieve(questions, k=fetch, progress=progress)
     return [[c for c in cands if c.id != q.meta["qid"]][:k] for q, cands in zip(questions, lists, strict=True)]
-
-
-def _bm25_lists(questions, corpus, tsv: Path, emb: np.ndarray, k: int, progress: bool) -> list[list[Candidate]]:
-    """bm25s top of the ranking, re-scored exactly with the project's BM25 scorer."""
-    from tqdm.auto import tqdm
-
-    from chunksel.selectors.bm25_stats import (
-        corpus_checksum,
-        corpus_stats,
-        passage_text,
-        terms,
-        words,
-    )
-
-    stats = corpus_stats(str(tsv), progress=progress)
-    index = _bm25s_index(corpus, corpus_checksum(str(tsv)), progress)
-    if int(index.scores["num_docs"]) != len(corpus) or stats.n_docs != len(corpus):
-        raise DataError(f"the BM25 index of corpus {corpus.name!r} has {index.scores['num_docs']} documents, "
-                        f"its statistics {stats.n_docs}, the corpus {len(corpus)}: delete "
-                        f"{cache_root() / 'zeroshot' / 'bm25'} to rebuild it")
-    tokens: dict[int, list[str]] = {}
-    out = []
-    for q in tqdm(questions, desc=f"bm25 {corpus.name}", unit=" q", disable=not show_progress(progress)):
-        query = terms(words(q.text))
-        ids = index.get_tokens_ids(query)
-        if not ids:
-            out.append([])
-            continue
-        s32 = np.asarray(index.get_scores_from_ids(ids), dtype=np.float64)
-        own = corpus.row_of.get(q.meta["qid"])
-        if own is not None:
-            s32[own] = 0.0
-        fetch = min(len(s32), k + 10)
-        cut = np.partition(s32, -fetch)[-fetch]
-        rows = np.flatnonzero((s32 > 0) & (s32 >= cut * (1 - 1e-5)))
-        for r in rows:
-            if r not in tokens:
-                tokens[r] = terms(words(passage_text(corpus.titles[r], corpus.texts[r])))
-        exact = stats.score_docs(query, [tokens[r] for r in rows], BM25_K1, BM25_B)
-        keep = [(float(exact[j]), int(rows[j])) for j in np.lexsort((rows, -exact)) if exact[j] > 0][:k]
-        out.append([Candidate(id=corpus.ids[r], text=corpus.texts[r], title=corpus.titles[r], score=s,
-                              embedding=np.array(emb[r], dtype=np.float32)) for s, r in keep])
-    return out
-
-
-def _bm25s_index(corpus, checksum: str, progress: bool):
-    """A bm25s Lucene index (k1 1.5, b 0.75, bm25s's default tokens: the statistics' own) of
-    ``corpus``, saved under ``cache_root()/zeroshot/bm25/<checksum>/`` and kept per process."""
-    if checksum in _BM25S:
-        return _BM25S[checksum]
-    from chunksel.selectors.bm25_stats import passage_text
-
-    bm25s = require("bm25s", "ltr")
-    folder = cache_root() / "zeroshot" / "bm25" / checksum
-    if (folder / "done").is_file():
-        index = bm25s.BM25.load(str(folder), show_progress=False, verbosity=0)
-    else:
-        texts = [passage_text(t, x) for t, x in zip(corpus.titles, corpus.texts, strict=True)]
-        tok = bm25s.tokenize(texts, return_ids=True, show_progress=show_progress(progress))
-        index = bm25s.BM25(k1=BM25_K1, b=BM25_B, method="lucene")
-        index.index(tok, show_progress=show_progress(progress))
-        folder.mkdir(parents=True, exist_ok=True)
-        index.save(str(folder), show_progress=False)
-        (folder / "done").write_text(f"{len(texts)}\n")  # written last: marks a complete index
-    _BM25S[checksum] = index
-    return index
 
 
 def _label(q: Question, cands: list[Candidate]) -> None:

@@ -151,12 +151,15 @@ def targets(results: Mapping[str, Any]) -> list[str]:
 def write_report(results: Mapping[str, Any], out: Path) -> Path:
     lines = ["# Zero-shot report: the pretrained selectors on collections they never saw", "",
              f"Pretrained models of commit {str(results.get('pretrained_commit'))[:12]} (`make pretrained`), "
-             f"run in {sum((results.get('seconds') or {}).values()) / 60:.0f} minutes by "
-             "`python -m chunksel.study.zeroshot`. "
+             f"computed by `python -m chunksel.study.zeroshot` (its parts' times add up to "
+             f"{sum((results.get('seconds') or {}).values()) / 60:.0f} minutes on two shared cores). "
              "Every model, operating point and calibrator comes from the recipe's pooled validation splits; "
              "nothing here is tuned on these collections. A difference is marked **sig.** only when the paired "
              "bootstrap interval (95%) and McNemar's test (p < 0.05) agree. `lambdamart-base` and "
-             "`anchored-base` read the shipped Wikipedia statistics unless a row says otherwise.", ""]
+             "`anchored-base` read the shipped Wikipedia statistics unless a row says otherwise. On BM25 lists the "
+             "learned rows read the lists in BM25's order with MiniLM cosines as retrieval scores (what "
+             "`ChunkSelector` computes when no `chunk_scores` are passed). TREC DL runs over `msmarco-sub`, which holds "
+             "mostly judged passages: its figures are not comparable with full-corpus TREC DL results.", ""]
     lines += ["## Targets", ""] + targets(results)
     avg = results.get("average") or {}
     if avg:

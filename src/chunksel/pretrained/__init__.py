@@ -22,10 +22,10 @@ folder's ``PROVENANCE.json`` records the data checksums, the commit and the sett
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
+from chunksel.config import file_checksum
 from chunksel.errors import DataError
 
 #: the shipped models, with one line each
@@ -68,11 +68,7 @@ def resolve(path: str | Path) -> str | Path:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return file_checksum(path, length=64)  # the whole digest
 
 
 def read_manifest(root: Path = MODELS_DIR) -> dict:

@@ -50,7 +50,10 @@ def bm25s_index(corpus: Any, checksum: str, progress: bool = True) -> Any:
 
     bm25s = require("bm25s", "ltr")
     folder = bm25s_index_dir(checksum)
-    if (folder / "done").is_file():
+    stats_folder = cache_root() / "bm25" / checksum  # corpus_stats saves this very index there
+    if (stats_folder / "stats.json").is_file():
+        index = bm25s.BM25.load(str(stats_folder), show_progress=False, verbosity=0)
+    elif (folder / "done").is_file():
         index = bm25s.BM25.load(str(folder), show_progress=False, verbosity=0)
     else:
         texts = [passage_text(t, x) for t, x in zip(corpus.titles, corpus.texts, strict=True)]

@@ -261,11 +261,9 @@ def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = Non
         if not isinstance(results.get("seconds"), dict):
             results["seconds"] = {}
     results["pretrained_commit"] = read_manifest().get("commit")
-    keys = [k for k in collections(progress) if only is None or k in only]
-    ce = crossencoder(progress) if with_ce and keys else None
-    for key, (build, stats_corpus) in collections(progress).items():
-        if key not in keys:
-            continue
+    todo = {k: v for k, v in collections(progress).items() if only is None or k in only}
+    ce = crossencoder(progress) if with_ce and todo else None
+    for key, (build, stats_corpus) in todo.items():
         tk = time.time()
         built = build()
         insts = [i for i in built if i.candidates]  # BM25 finds nothing for a query without a corpus term

@@ -87,6 +87,16 @@ def load_pooled(limit: int | None = LIMIT, progress: bool = True, datasets: Sequ
     return train, val, data
 
 
+def recipe_seen_ids(dataset: str) -> set[str]:
+    """The ids of ``dataset``'s questions the recipe trains or validates on (its sample,
+    TREC DL topics included in the count though never trained on): what a study must not
+    score the shipped models on."""
+    from chunksel.build import build_instances
+
+    built = build_instances(dataset, k=K, limit=LIMIT, split=SPLIT, progress=False)
+    return {i.question.id for i in built.instances if i.split in ("train", "val")}
+
+
 def no_trec_dl(instances: Sequence[Instance]) -> None:
     """Raise if any TREC DL topic is among ``instances`` (the recipe's promise)."""
     bad = [i.id for i in instances if i.id.startswith(TREC_DL_PREFIX)]

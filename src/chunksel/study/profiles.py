@@ -104,6 +104,8 @@ class Profile:
             default: no validation or test question shares an evidence passage with a
             training question, :mod:`chunksel.data.grouped_splits`) or ``question`` (a
             hash of each question's text; the reports before grouped splits).
+        pretrained: shipped pretrained models (:mod:`chunksel.pretrained`) the semantic-label
+            stage ranks beside Table 1's rows, loaded by name and never trained here.
     """
 
     name: str
@@ -125,7 +127,11 @@ class Profile:
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     split: str = "grouped"
     transfer: bool = False
+    pretrained: tuple[str, ...] = ()
 
+
+#: the shipped models the three profiles' semantic-label stage ranks (chunksel.pretrained)
+PRETRAINED_ROWS = ("anchored-base", "lambdamart-base")
 
 PROFILES = {
     # Table 3's budgets as on the full profile: ten points on 36-98 test questions a
@@ -134,21 +140,22 @@ PROFILES = {
                      latency_queries=50,
                      overrides={"sras": SRAS_QUICK, "crossencoder": CE_QUICK, "anchored": ANCHORED_ENGINE},
                     answer_datasets=("triviaqa", "nq"), answer_sample=ANSWER_SAMPLE_QUICK,
-                    llm_datasets=("nq",), llm_sample=LLM_SAMPLE_QUICK),
+                    llm_datasets=("nq",), llm_sample=LLM_SAMPLE_QUICK, pretrained=PRETRAINED_ROWS),
     "full": Profile("full", limit=3000, seeds=(0, 1, 2), pooled_seeds=CE_POOLED_SEEDS,
                     budgets=(10, 30, 50, 70, 100),
                     ablation_seeds=(0, 1, 2), curve_datasets=("triviaqa", "nq"),
                     curve_sizes=(250, 500, 1000, None),
                     overrides={"sras": SRAS_FULL, "crossencoder": CE_FULL, "anchored": ANCHORED_ENGINE},
                     answer_datasets=DATASETS, answer_sample=ANSWER_SAMPLE_FULL,
-                    llm_datasets=LLM_DATASETS, llm_sample=ANSWER_SAMPLE_FULL, transfer=True),
+                    llm_datasets=LLM_DATASETS, llm_sample=ANSWER_SAMPLE_FULL, transfer=True,
+                    pretrained=PRETRAINED_ROWS),
     "large": Profile("large", limit=None, seeds=(0, 1, 2), pooled_seeds=CE_POOLED_SEEDS, budgets=(),
                      ablation_seeds=(),
                      curve_datasets=("triviaqa", "nq"), curve_sizes=(500, 1000, 2000, 4000, None),
                      overrides={"sras": SRAS_FULL, "crossencoder": CE_FULL, "anchored": ANCHORED_ENGINE},
                      answer_datasets=DATASETS,
                      answer_sample=ANSWER_SAMPLE_FULL, llm_datasets=LLM_DATASETS,
-                     llm_sample=ANSWER_SAMPLE_FULL, transfer=True),
+                     llm_sample=ANSWER_SAMPLE_FULL, transfer=True, pretrained=PRETRAINED_ROWS),
 }
 
 

@@ -25,6 +25,13 @@ and for all labelled questions (TriviaQA adds a stratum with a containment posit
 - **abstention**: set AUROC and ``k="auto"`` chunks and recall of each calibrated row
   when "answerable" means that a semantic positive exists.
 
+A profile's ``pretrained`` models (:mod:`chunksel.pretrained`, e.g. ``anchored-base``) join
+the rows as a user gets them: loaded by name, never trained on the profile, scored on the
+labelled test questions. They were trained on the recipe's own splits
+(:mod:`chunksel.study.pretrain`: the full profile's sample), so the stage first checks that
+no labelled question was among their training or validation questions, and leaves a model
+out of a dataset where one was (saying how many).
+
 :func:`semantic` computes ``results["semantic"]``; :mod:`chunksel.study.semantic_tables`
 renders it.
 """
@@ -60,6 +67,7 @@ def semantic(study: Any, baselines: Sequence[str], root: Any = None) -> dict[str
     if not datasets or study.part_of:
         return {}
     rows = [n for n in study.selectors if n in study.t1]
+    shipped = list(getattr(study.prof, "pretrained", ()))
     peer = study.strongest(baselines)
     out: dict[str, Any] = {"label": LABEL, "files": {}, "datasets": {}, "peer": peer,
                            "peer_by": "validation rank-1 accuracy under the datasets' own labels (mean over datasets "
@@ -80,6 +88,13 @@ def semantic(study: Any, baselines: Sequence[str], root: Any = None) -> dict[str
         entry: dict[str, Any] = {"labelled": {"test": len(idx), "train_or_val": elsewhere,
                                               "not_sampled": len(ref.sample) - len(idx) - elsewhere},
                                  "subsets": {}}
+        if shipped:
+            from chunksel.study.pretrain import recipe_seen_ids
+
+            seen = recipe_seen_ids(ds)
+            entry["pretrained_seen"] = sum(test[j].question.id in seen for j in idx)
+            for name, (p, a) in pretrained_rows(shipped, test, idx, seen).items():
+                picks[name], ab[name] = p, a
         for sub in SUBSETS:
             keep = [j for j in idx if sub == "all" or ref.sample[test[j].question.id] == "random"]
             if keep:
@@ -87,7 +102,45 @@ def semantic(study: Any, baselines: Sequence[str], root: Any = None) -> dict[str
                                                 study.seed, diffs.setdefault((ds, sub), {}))
         out["datasets"][ds] = entry
         say(f"semantic: {ds}: {len(idx)} labelled test questions ({elsewhere} in training or validation)")
-    out["average"] = {sub: _average(out, diffs, sub, rows, study.seed) for sub in SUBSETS}
+    out["average"] = {sub: _average(out, diffs, sub, rows + shipped, study.seed) for sub in SUBSETS}
+    if shipped:
+        out["pretrained"] = shipped
+    return out
+
+
+def pretrained_rows(names: Sequence[str], test: Sequence[Any], idx: Sequence[int], seen: set[str],
+                    ) -> dict[str, tuple[list[np.ndarray], dict[str, Any] | None]]:
+    """Each shipped model's picks (one "seed") and per-set abstention lists over ``test``,
+    filled at the labelled positions ``idx`` (-1 / None elsewhere, never read); ``{}`` when
+    any labelled question is in ``seen`` (the recipe's training and validation ids)."""
+    from chunksel.pretrained import pretrained_dir
+    from chunksel.selectors.base import load_selector
+    from chunksel.selectors.bm25_stats import use_saved_corpus
+    from chunksel.study.abstention import abstention_of
+    from chunksel.study.fitting import evaluate_selector
+
+    if any(test[j].question.id in seen for j in idx):
+        n = sum(test[j].question.id in seen for j in idx)
+        say(f"semantic: the pretrained rows left out: {n} labelled questions were among their training or "
+            "validation questions")
+        return {}
+    sub = [test[j] for j in idx]
+    out = {}
+    for name in names:
+        sel = load_selector(name)
+        use_saved_corpus(sel, pretrained_dir(name))  # the statistics shipped with it, as ChunkSelector.load
+        scores = sel.score(sub, None)
+        got = evaluate_selector(sel, sub, None, picks=True, scores=scores)[3]
+        picks = np.full(len(test), -1, dtype=int)
+        picks[list(idx)] = got
+        per_set = None
+        if sel.calibrator_ is not None:
+            ps = abstention_of(sel, sub, None, scores=scores)["per_set"]
+            per_set = {key: [None] * len(test) for key in ps}
+            for key, vals in ps.items():
+                for j, v in zip(idx, vals, strict=True):
+                    per_set[key][j] = v
+        out[name] = ([picks], per_set)
     return out
 
 

@@ -47,7 +47,7 @@ def format_semantic(results: Results) -> str:
         return ""
     cols = _columns(sem)
     rows = list(sem["average"]["all"].get("rows", {})) if sem["average"].get("all") else []
-    parts = [_rank1_table(sem, cols, rows), RANK1_NOTE + " " + _coverage(sem), _order_sentence(sem, rows), _flagship_sentence(res, sem),
+    parts = [_rank1_table(sem, cols, rows), RANK1_NOTE + " " + _coverage(sem) + _pretrained_note(sem), _order_sentence(sem, rows), _flagship_sentence(res, sem),
              "**Against the strongest peer**", _peer_table(sem, cols, rows),
              "**Agreement of the labels with the reference**", _agreement_table(res, sem),
              "**Abstention under the semantic labels**", _abstention_table(sem)]
@@ -61,6 +61,19 @@ RANK1_NOTE = (
     "above). Trained rows: mean over Table 1's seeds, read from Table 1's fits. Best semantic figure per column "
     "in bold. The reference labels (`semantic/` of the benchmark data) are for evaluation only: no fit, "
     "calibration, stacking weight or model choice reads them.")
+
+
+def _pretrained_note(sem: Mapping[str, Any]) -> str:
+    """What the shipped pretrained rows are, and that none saw a labelled question."""
+    names = sem.get("pretrained") or []
+    if not names:
+        return ""
+    seen = {ds: e.get("pretrained_seen") for ds, e in sem["datasets"].items()}
+    left = [f"{dataset_label(ds)} ({n} seen)" for ds, n in seen.items() if n]
+    text = (f" {' and '.join(f'`{n}`' for n in names)}: the shipped pretrained selectors, loaded by name as a "
+            "user gets them, never trained on this profile (one model each, so no seed spread); none of the "
+            "labelled questions was among their training or validation questions")
+    return text + (f", except on {', '.join(left)}, where they are left out." if left else ".")
 
 
 def _coverage(sem: Mapping[str, Any]) -> str:

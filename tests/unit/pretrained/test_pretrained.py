@@ -210,3 +210,34 @@ def test_another_retrievers_scores_are_refused_and_leaving_them_out_works(no_dat
     assert sel.selected[0].index == 1
     assert cs.select(question, chunks, question_embedding=q, chunk_embeddings=e,
                      chunk_scores=(e @ q).tolist()).selected[0].index == 1
+
+
+def test_pretrained_rows_are_the_shipped_models_as_a_user_calls_them(data_root, monkeypatch):
+    """The semantic stage's pretrained rows pick what ``ChunkSelector.load(name)`` picks on
+    the same candidates, fill only the labelled positions, and are left out when a labelled
+    question was among the recipe's training or validation questions."""
+    from chunksel import ChunkSelector
+    from chunksel.build import build_instances
+    from chunksel.study.semantic import pretrained_rows
+
+    monkeypatch.setenv("CHUNKSEL_DATA", str(data_root))
+    test = [i for i in build_instances("msmarco", k=5, limit=60, split="grouped", root=data_root, progress=False).instances
+            if i.split == "test"]
+    assert len(test) >= 4
+    idx = list(range(1, len(test), 2))
+    got = pretrained_rows(["anchored-base", "lambdamart-base"], test, idx, seen=set())
+    for name, (picks, per_set) in got.items():
+        user = ChunkSelector.load(name)
+        for j in range(len(test)):
+            if j not in idx:
+                assert picks[0][j] == -1 and per_set["set_p"][j] is None
+                continue
+            inst = test[j]
+            sel = user.select(inst.question.text, [c.text for c in inst.candidates], k=1,
+                              titles=[c.title for c in inst.candidates],
+                              chunk_embeddings=np.stack([c.embedding for c in inst.candidates]),
+                              question_embedding=inst.question.embedding,
+                              chunk_scores=[c.score for c in inst.candidates])
+            assert picks[0][j] == sel.indices[0], (name, inst.question.id)
+            assert 0.0 <= per_set["set_p"][j] <= 1.0
+    assert pretrained_rows(["lambdamart-base"], test, idx, seen={test[idx[0]].question.id}) == {}

@@ -149,3 +149,20 @@ def test_a_missing_reference_label_is_an_error_never_a_zero(toy):
     inst = next(i for i in toy["data"]["popqa"] if i.split == "train")  # not labelled
     with pytest.raises(DataError, match="no 'semantic@reference' label"):
         inst.labels("semantic@reference")
+
+
+def test_the_section_names_the_pretrained_rows_and_any_dataset_they_saw(toy):
+    """The note under the rank-1 table says which rows are the shipped models, and names a
+    dataset where a labelled question was among their training questions."""
+    import copy
+
+    from chunksel.study.semantic_tables import format_semantic
+
+    res = copy.deepcopy(json.loads((toy["rep"] / "results.json").read_text()))
+    assert "shipped pretrained" not in format_semantic(res)
+    res["semantic"]["pretrained"] = ["lambdamart-base"]
+    res["semantic"]["datasets"]["popqa"]["pretrained_seen"] = 0
+    assert "`lambdamart-base`: the shipped pretrained selectors" in format_semantic(res)
+    assert "except on" not in format_semantic(res)
+    res["semantic"]["datasets"]["popqa"]["pretrained_seen"] = 2
+    assert "except on PopQA (2 seen)" in format_semantic(res)

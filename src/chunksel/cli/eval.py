@@ -64,17 +64,18 @@ def eval_selector(model: str):
     from pathlib import Path
 
     from chunksel.errors import ConfigError, DataError
+    from chunksel.pretrained import PRETRAINED, resolve
     from chunksel.selectors import REGISTRY, load_selector, make_selector
 
-    path = Path(model).expanduser()
+    path = Path(resolve(model)).expanduser()  # a shipped pretrained model's name: its folder
     if path.exists():
         return load_selector(path)  # a file, or a directory without config.json, is named as such
     if model not in REGISTRY:
         if any(ch in model for ch in "/\\") or model.startswith((".", "~")):
             raise DataError(f"--model {model!r}: the directory does not exist (expected a saved selector directory)")
         raise ConfigError(
-            f"--model {model!r} is neither a saved selector directory (no such directory) nor a registered "
-            f"selector (known: {', '.join(sorted(REGISTRY))})"
+            f"--model {model!r} is neither a saved selector directory (no such directory), a pretrained selector "
+            f"({', '.join(PRETRAINED)}) nor a registered selector (known: {', '.join(sorted(REGISTRY))})"
         )
     sel = make_selector(model)
     if not sel.is_fitted():

@@ -327,7 +327,7 @@ def load_or_make(path: str | Path, quantize: str | None = None, engine: str | No
             how), ``quantize=`` / ``engine=`` on anything but a saved prototype.
         DataError: neither a saved selector directory nor a registered name.
     """
-    from chunksel.pretrained import PRETRAINED, resolve
+    from chunksel.pretrained import resolve
     from chunksel.selectors import REGISTRY, get_selector_class, make_selector
     from chunksel.selectors.base import read_config
 
@@ -348,8 +348,8 @@ def load_or_make(path: str | Path, quantize: str | None = None, engine: str | No
     except DataError as err:
         if any(ch in str(path) for ch in "/\\") or str(path).startswith((".", "~")):
             raise
-        raise DataError(f"{err}; nor is {str(path)!r} a pretrained selector ({', '.join(PRETRAINED)}) or a "
-                        f"registered one (known: {', '.join(sorted(REGISTRY))})") from None
+        raise DataError(f"{err}; nor is {str(path)!r} a registered selector (known: {', '.join(sorted(REGISTRY))})"
+                        ) from None
     cls_ = get_selector_class(name)
     if quantize is not None or engine is not None:
         if name != "prototype":

@@ -369,12 +369,25 @@ def rank_order(scores: np.ndarray) -> np.ndarray:
     return np.lexsort((cols, -scores), axis=-1)
 
 
+def _shipped_hint(path: Path) -> str:
+    """For a bare name that is no folder: the shipped pretrained names (the closest first)."""
+    import difflib
+
+    from chunksel.pretrained import PRETRAINED
+
+    if len(path.parts) != 1:
+        return ""
+    close = difflib.get_close_matches(path.name, list(PRETRAINED), n=1)
+    return ((f"; did you mean the pretrained {close[0]!r}?" if close else "")
+            + f" (shipped pretrained selectors: {', '.join(PRETRAINED)})")
+
+
 def read_config(path: str | Path) -> dict[str, Any]:
     """Read and validate a saved selector's config.json."""
     path = Path(path)
     cfg_path = path / "config.json"
     if not path.exists():
-        raise DataError(f"{path} is not a saved selector: the directory does not exist")
+        raise DataError(f"{path} is not a saved selector: the directory does not exist" + _shipped_hint(path))
     if not path.is_dir():
         raise DataError(f"{path} is not a saved selector: it is a file, not a directory")
     if not cfg_path.is_file():

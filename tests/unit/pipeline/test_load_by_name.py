@@ -46,8 +46,18 @@ def test_a_name_that_needs_training_says_how():
 
 
 def test_neither_a_directory_nor_a_name(tmp_path):
-    with pytest.raises(DataError, match=r"nor is 'retreival' a pretrained selector \(anchored-base, lambdamart-base\) or a registered one \(known: .*retrieval"):
+    with pytest.raises(DataError, match=r"shipped pretrained selectors: anchored-base, lambdamart-base\); nor is "
+                                        r"'retreival' a registered selector \(known: .*retrieval"):
         ChunkSelector.load("retreival")
+    with pytest.raises(DataError, match=r"did you mean the pretrained 'anchored-base'\?"):
+        ChunkSelector.load("anchored-bass")
     with pytest.raises(DataError, match="does not exist") as err:
         ChunkSelector.load(tmp_path / "absent")
     assert "registered" not in str(err.value)  # a path is a path: no list of names
+
+
+def test_eval_takes_the_pretrained_names():
+    from chunksel.cli.eval import eval_selector
+
+    assert eval_selector("lambdamart-base").name == "lambdamart"
+    assert eval_selector("anchored-base").name == "anchored"

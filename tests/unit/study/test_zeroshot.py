@@ -68,3 +68,17 @@ def test_zero_shot_average_pools_collections_and_held_out_datasets(tmp_path):
     assert "## Zero-shot average" in text and "## Each benchmark dataset held out, MiniLM" in text
     assert "| `anchored-base` | 87.50 |" in text
     assert "| nq (n = 2) | 50.00 | 0.00 | 50.00 | 100.00 | +50.00 [" in text
+
+
+def test_the_wheel_row_reads_the_measured_size(tmp_path):
+    import json
+
+    from chunksel.study.zeroshot_report import wheel_row
+
+    assert "not measured" in wheel_row(tmp_path / "absent.json")
+    path = tmp_path / "wheel_size.json"
+    path.write_text(json.dumps({"mb": 5.36, "bound_mb": 30.0, "commit": "abc1234"}))
+    assert wheel_row(path) == ("| the wheel with its pretrained models <= 30 MB | 5.36 MB at abc1234 "
+                               "(`benchmarks/wheel_size.py`) | yes |")
+    path.write_text(json.dumps({"mb": 31.0, "bound_mb": 30.0, "commit": "abc1234"}))
+    assert wheel_row(path).endswith("| no |")

@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-servers bench bench-full bench-large lint models pretrained zeroshot
+.PHONY: install test test-defaults test-servers bench bench-full bench-large lint models pretrained zeroshot
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ test: install models
 	PYTHON=$(PYTHON) bash .ci/test-transformers4.sh
 	PYTHON=$(PYTHON) bash .ci/test-numpy-only.sh
 	PYTHON=$(PYTHON) bash .ci/test-wheel.sh
+
+# every registered selector fitted with its defaults, the minutes-long ones included (SRAS's
+# 25 PPO epochs, the LLM selectors on the local SmolLM2); `make test` runs the others
+test-defaults: install models
+	$(BIN)/python -m pytest -q -rs tests/integration/test_defaults.py
 
 # the servers tier, against real servers on 127.0.0.1 serving SmolLM2: SERVERS names them
 # (default transformers). `transformers serve` needs transformers[serving]: the first run

@@ -27,7 +27,9 @@ class is in ``langchain-classic`` since LangChain 1.0, which the extra does not 
 ``k="auto"`` (a calibrated selector's operating point), ``threshold=`` (a minimum
 P(evidence)) and ``min_p=`` (abstain below this P(some chunk holds the evidence)) may keep
 no document at all: the result is then an empty list. Kept documents carry
-``metadata["chunksel_probability"]``.
+``metadata["relevance_score"]`` (the key LangChain's rerankers use): the calibrated
+P(evidence) of a calibrated selector, else its raw score; and ``chunksel_score`` (raw),
+``chunksel_probability`` and ``chunksel_rank``.
 """
 
 from __future__ import annotations
@@ -107,5 +109,6 @@ class ChunkselCompressor(BaseDocumentCompressor):
             d = docs[c.index]
             out.append(Document(page_content=d.page_content, id=d.id,
                                 metadata={**d.metadata, "chunksel_score": c.score, "chunksel_rank": c.rank,
-                                          "chunksel_probability": c.probability}))
+                                          "chunksel_probability": c.probability,
+                                          "relevance_score": c.score if c.probability is None else c.probability}))
         return out

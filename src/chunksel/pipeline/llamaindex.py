@@ -44,8 +44,9 @@ from chunksel.pipeline.adapters import as_chunk_selector, select_reusing  # noqa
 
 
 class ChunkselNodePostprocessor(BaseNodePostprocessor):
-    """Keep the ``top_n`` nodes a chunksel selector ranks highest; their score becomes
-    the selector's.
+    """Keep the ``top_n`` nodes a chunksel selector ranks highest, best first; each node's
+    score becomes the selector's calibrated P(evidence) in [0, 1] when the selector is
+    calibrated (the shipped pretrained ones are), else its raw, unbounded score.
 
     Args:
         selector: a :class:`~chunksel.pipeline.chunk_selector.ChunkSelector` (or a path).
@@ -91,4 +92,6 @@ class ChunkselNodePostprocessor(BaseNodePostprocessor):
             query_embedding=query_bundle.embedding if reuse else None,
             threshold=self.threshold, min_p=self.min_p,
         )
-        return [NodeWithScore(node=nodes[c.index].node, score=c.score) for c in res.selected]
+        # a calibrated selector's P(evidence) in [0, 1], which a threshold can read; else its raw score
+        return [NodeWithScore(node=nodes[c.index].node, score=c.score if c.probability is None else c.probability)
+                for c in res.selected]

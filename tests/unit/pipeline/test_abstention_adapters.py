@@ -38,6 +38,9 @@ def test_langchain_compressor_may_return_no_document(cs):
     kept = ChunkselCompressor(selector=cs, k="auto").compress_documents(docs, QUESTION)
     assert "third passage" in [d.page_content for d in kept]
     assert all(d.metadata["chunksel_probability"] >= cs.calibrator.auto_threshold for d in kept)
+    # the score LangChain's rerankers write: the calibrated probability, not the raw score
+    assert all(d.metadata["relevance_score"] == d.metadata["chunksel_probability"] for d in kept)
+    assert any(d.metadata["relevance_score"] != d.metadata["chunksel_score"] for d in kept)
 
 
 def test_llamaindex_postprocessor_may_return_no_node(cs):
@@ -59,3 +62,8 @@ def test_llamaindex_postprocessor_may_return_no_node(cs):
     near = np.vstack([_far(2), GOOD[None, :]])
     kept = ChunkselNodePostprocessor(cs, top_n="auto").postprocess_nodes(nodes(near, 0.6), bundle)
     assert "n2" in [n.node.node_id for n in kept]
+    # node.score is the calibrated P(evidence) (a threshold on it means the same on every query)
+    want = cs.select(QUESTION, TEXTS, k="auto", chunk_embeddings=near, question_embedding=np.asarray(q),
+                     chunk_scores=[0.6] * 3)
+    assert [n.score for n in kept] == [c.probability for c in want.selected]
+    assert all(0.0 <= n.score <= 1.0 for n in kept)

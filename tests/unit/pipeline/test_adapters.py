@@ -136,5 +136,8 @@ def test_llamaindex_postprocessor_in_a_query_engine(cs):
     want = cs.select(QUESTION, CHUNKS, k=2, chunk_embeddings=emb, question_embedding=q_emb,
                      chunk_scores=[1.0 - 0.1 * j for j in range(len(CHUNKS))])
     assert got == want.chunks
-    np.testing.assert_allclose([n.score for n in response.source_nodes], want.scores, rtol=1e-5)
+    # a calibrated selector's node score is its P(evidence)
+    assert cs.calibrator is not None
+    np.testing.assert_allclose([n.score for n in response.source_nodes], [c.probability for c in want.selected],
+                               rtol=1e-5)
     assert post.postprocess_nodes([], QueryBundle(QUESTION)) == []

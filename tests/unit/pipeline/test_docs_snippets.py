@@ -95,4 +95,8 @@ def test_each_snippet_runs_as_it_stands(where, code, tmp_path, monkeypatch):
         exec(compile(code, where, "exec"), {"__name__": "__snippet__"})
     printed = out.getvalue().splitlines()
     assert printed and len(printed) <= 2, printed  # k / top_n documents kept, best first
-    assert "1599" in printed[0]  # the retriever's first, under the retrieval-order selector
+    if '"anchored-base"' in code:  # the shipped model: the evidence first, its P(evidence) as the score
+        assert "Hamlet is a tragedy" in printed[0], printed
+        assert 0.0 <= float(printed[0].split()[1 if "langchain" in code else 0]) <= 1.0, printed
+    else:
+        assert "1599" in printed[0]  # the retriever's first, under the retrieval-order selector

@@ -4,10 +4,14 @@ A :class:`Calibrator` turns a selector's scores into two probabilities, leaving 
 themselves (and so every ranking) untouched:
 
 - per chunk, P(the chunk holds the evidence): a monotone map of the chunk's score,
-  isotonic regression or Platt scaling (scikit-learn), or the rank-aware
+  isotonic regression or Platt scaling (scikit-learn), the rank-aware
   P(set answerable) x P(evidence at the chunk's rank | answerable) (``set_rank``: the
-  set model below times per-rank rates), whichever has the lowest Brier score out of fold
-  on the validation sets (5-fold, grouped by set);
+  set model below times per-rank rates), or a logistic model of the chunk's own place in
+  its set (``chunk_logistic``: its score, its gaps to the set's top and mean score, its
+  reciprocal rank, and the set model's log-odds), whichever has the lowest Brier score out
+  of fold on the validation sets (5-fold, grouped by set). Under ``set_rank`` every chunk
+  at a rank gets the same share of its set's probability, so a threshold acts as a rank
+  cutoff; ``chunk_logistic`` lets a chunk far below its set's top score fall on its own;
 - per set, P(some chunk of the set holds the evidence), calibrated as its own quantity:
   a logistic model over the set's sorted scores (top score, second score, their gap, the
   mean; plus, when the candidates carry retrieval scores, the top retrieval score and its
@@ -45,6 +49,8 @@ from chunksel.errors import DataError, NotFittedError
 from chunksel.types import Instance, label_matrix
 
 CALIBRATION_FILE = "calibration.json"
+#: chunk maps that read the whole set (its other scores and the set model), not one score
+WHOLE_SET = ("set_rank", "chunk_logistic")
 CALIBRATION_VERSION = 1
 N_FOLDS = 5
 
@@ -64,18 +70,34 @@ class ScoreMap:
     intercept: float = 0.0
     mean: float = 0.0
     scale: float = 1.0
+    # chunk_logistic: sigmoid(coefs . (chunk_features - means) / scales + intercept)
+    coefs: list[float] = field(default_factory=list)
+    means: list[float] = field(default_factory=list)
+    scales: list[float] = field(default_factory=list)
 
     def __call__(self, s: np.ndarray) -> np.ndarray:
         s = np.asarray(s, dtype=np.float64)
-        if self.method == "set_rank":
-            raise ValueError("a set_rank map needs the whole set: use Calibrator.chunk_probabilities")
+        if self.method in WHOLE_SET:
+            raise ValueError(f"a {self.method} map needs the whole set: use Calibrator.chunk_probabilities")
         if self.method == "isotonic":
             return np.interp(s, self.x, self.y)
         return _sigmoid(self.coef * (s - self.mean) / self.scale + self.intercept)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "x": self.x, "y": self.y, "coef": self.coef,
-                "intercept": self.intercept, "mean": self.mean, "scale": self.scale}
+        out = {"method": self.method, "x": self.x, "y": self.y, "coef": self.coef,
+               "intercept": self.intercept, "mean": self.mean, "scale": self.scale}
+        if self.method == "chunk_logistic":
+            out.update(coefs=self.coefs, means=self.means, scales=self.scales)
+        return out
+
+    def of_sets(self, scores: np.ndarray, set_p: np.ndarray) -> np.ndarray:
+        """(B, K) a ``chunk_logistic`` map's probabilities (NaN at padding), ``set_p``
+        the set model's P(some chunk holds the evidence) per set."""
+        f, real = chunk_features(scores, set_p)
+        z = (f[real] - np.asarray(self.means)) / np.asarray(self.scales)
+        out = np.full(scores.shape, np.nan)
+        out[real] = _sigmoid(z @ np.asarray(self.coefs) + self.intercept)
+        return out
 
 
 def fit_score_map(s: np.ndarray, y: np.ndarray, method: str) -> ScoreMap:
@@ -116,6 +138,32 @@ def rank_rates(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
         at = (ranks == r) & real & ans[:, None]
         q[r] = (labels[at].sum() + prior) / (at.sum() + 1.0)
     return np.minimum.accumulate(q)
+
+
+def chunk_features(scores: np.ndarray, set_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(B, K, 5) per chunk: its score, its gaps to the set's top and mean score, its
+    reciprocal rank in the set, and the set's log-odds ``set_p``; and the (B, K) mask of
+    real (finite-score) chunks."""
+    real = np.isfinite(scores)
+    s = np.where(real, scores, np.nan)
+    top = np.nanmax(np.where(real, scores, -np.inf), axis=1, keepdims=True)
+    mean = np.nansum(np.where(real, s, 0.0), axis=1, keepdims=True) / np.maximum(real.sum(axis=1, keepdims=True), 1)
+    q = np.clip(np.asarray(set_p, dtype=np.float64), 1e-6, 1 - 1e-6)
+    logit = np.broadcast_to(np.log(q / (1 - q))[:, None], scores.shape)
+    return np.stack([s, s - top, s - mean, 1.0 / (1.0 + score_ranks(scores)), logit], axis=2), real
+
+
+def fit_chunk_logistic(scores: np.ndarray, labels: np.ndarray, set_p: np.ndarray) -> ScoreMap:
+    """A ``chunk_logistic`` map fitted on sets ``(B, K)`` with their set probabilities."""
+    from sklearn.linear_model import LogisticRegression
+
+    f, real = chunk_features(scores, set_p)
+    x, y = f[real], labels[real]
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale == 0] = 1.0
+    lr = LogisticRegression(C=1.0, max_iter=1000).fit((x - mean) / scale, y)
+    return ScoreMap("chunk_logistic", coefs=[float(v) for v in lr.coef_[0]], intercept=float(lr.intercept_[0]),
+                    means=[float(v) for v in mean], scales=[float(v) for v in scale])
 
 
 def set_features(scores: np.ndarray, retrieval: np.ndarray | None = None) -> np.ndarray:
@@ -204,6 +252,8 @@ class Calibrator:
             q = np.asarray(self.chunk.y)
             ranks = np.minimum(score_ranks(scores), len(q) - 1)
             p = self.set(scores, None, retrieval)[:, None] * q[ranks]
+        elif self.chunk.method == "chunk_logistic":
+            p = self.chunk.of_sets(scores, self.set(scores, None, retrieval))
         else:
             p = self.chunk(np.where(real, scores, 0.0))
         return np.where(real, np.clip(p, 0.0, 1.0), np.nan)
@@ -370,13 +420,37 @@ def fit_calibrator(
             tr, te = fold_of != f, fold_of == f
             q = rank_rates(scores[tr], labels[tr])
             sr_oof[te] = set_oof[set_method][te][:, None] * q[ranks[te]]
-        both = np.isfinite(sr_oof) & np.isfinite(chunk_oof) & real
-        info["chunk_brier_oof"]["set_rank"] = _brier(labels[both], sr_oof[both]) if both.any() else float("inf")
-        if both.any() and info["chunk_brier_oof"]["set_rank"] < _brier(labels[both], chunk_oof[both]):
-            chunk_method, chunk_oof = "set_rank", np.where(real, sr_oof, np.nan)
-    chunk = (ScoreMap("set_rank", y=[float(v) for v in rank_rates(scores, labels)]) if chunk_method == "set_rank"
-             else fit_score_map(scores[real], labels[real], chunk_method))
+        # and the chunk's own place in its set, beside the set's log-odds
+        cl_oof = np.full(scores.shape, np.nan)
+        for f in np.unique(fold_of):
+            tr, te = (fold_of != f) & okb, (fold_of == f) & okb
+            y_tr = labels[tr][real[tr]]
+            if te.any() and y_tr.size and y_tr.min() != y_tr.max():
+                cl_oof[te] = fit_chunk_logistic(scores[tr], labels[tr], set_oof[set_method][tr]).of_sets(
+                    scores[te], set_oof[set_method][te])
+        for name, cand in (("set_rank", sr_oof), ("chunk_logistic", cl_oof)):
+            both = np.isfinite(cand) & np.isfinite(chunk_oof) & real
+            info["chunk_brier_oof"][name] = _brier(labels[both], cand[both]) if both.any() else float("inf")
+        # one comparison on the chunks every candidate scored out of fold
+        every = np.isfinite(sr_oof) & np.isfinite(cl_oof) & np.isfinite(chunk_oof) & real
+        if every.any():
+            cands = {chunk_method: chunk_oof, "set_rank": sr_oof, "chunk_logistic": cl_oof}
+            on_every = {m: _brier(labels[every], p[every]) for m, p in cands.items()}
+            info["chunk_brier_oof_common"] = on_every
+            best = min(on_every, key=on_every.get)
+            if best != chunk_method:
+                chunk_method, chunk_oof = best, np.where(real, cands[best], np.nan)
+        else:  # no fold fitted the chunk logistic: set_rank against the score map alone
+            both = np.isfinite(sr_oof) & np.isfinite(chunk_oof) & real
+            if both.any() and info["chunk_brier_oof"]["set_rank"] < _brier(labels[both], chunk_oof[both]):
+                chunk_method, chunk_oof = "set_rank", np.where(real, sr_oof, np.nan)
     set_model = fit_set_model(scores, ans, set_method, retrieval)
+    if chunk_method == "set_rank":
+        chunk = ScoreMap("set_rank", y=[float(v) for v in rank_rates(scores, labels)])
+    elif chunk_method == "chunk_logistic":
+        chunk = fit_chunk_logistic(scores, labels, set_model(scores, None, retrieval))
+    else:
+        chunk = fit_score_map(scores[real], labels[real], chunk_method)
     pick = np.isfinite(chunk_oof).any(axis=1)
     if pick.any():
         t, op = _auto_threshold(chunk_oof[pick], labels[pick], scores[pick])

@@ -90,7 +90,9 @@ def test_fit_calibrator_records_its_choices_and_an_auto_operating_point():
     scores = rng.normal(size=(300, 5)) + 1.5 * labels
     scores[0, 4] = -np.inf  # padding
     cal = fit_calibrator(scores, labels, label_source="containment")
-    assert cal.chunk.method in ("isotonic", "platt") and cal.set.method in ("logistic", "top", "max", "noisy_or")
+    assert cal.chunk.method in ("isotonic", "platt", "set_rank", "chunk_logistic")
+    assert cal.set.method in ("logistic", "top", "max", "noisy_or")
+    assert cal.info["chunk_brier_oof"][cal.chunk.method] == min(cal.info["chunk_brier_oof"].values())
     assert set(cal.info["set_brier_oof"]) == {"logistic", "top", "max", "noisy_or"}
     op = cal.info["auto_operating_point"]
     assert 0 < cal.auto_threshold < 1 and op["auto_mean_kept"] <= op["k2_mean_kept"] + 1e-12  # k=2's budget
@@ -103,6 +105,7 @@ def test_fit_calibrator_records_its_choices_and_an_auto_operating_point():
     d = json.loads(json.dumps(cal.to_dict(), allow_nan=False))  # JSON-safe
     assert d["label_source"] == "containment" and d["split"] == "val"
     np.testing.assert_array_equal(Calibrator.from_dict(d).set_probabilities(scores), ps)
+    np.testing.assert_array_equal(Calibrator.from_dict(d).chunk_probabilities(scores), p)
     with pytest.raises(DataError, match="with and without evidence"):
         fit_calibrator(scores, np.zeros_like(labels))
 
@@ -217,3 +220,26 @@ def test_rank_aware_chunk_probabilities_when_the_set_signal_is_elsewhere():
     np.testing.assert_array_equal(again.chunk_probabilities(scores, retrieval), p)
     with pytest.raises(ValueError, match="whole set"):
         cal.chunk(scores[0])
+
+
+def test_a_chunk_far_below_its_sets_top_falls_on_its_own():
+    """Evidence sits in the top chunk, and in the second too when its score is close to the
+    top's: a chunk's own gap decides, which a per-rank share of the set's probability
+    (set_rank) cannot say. The chunk logistic wins out of fold, and at the same set
+    probability the close second gets a higher probability than the distant one."""
+    rng = np.random.default_rng(7)
+    n = 400
+    scores = np.sort(rng.normal(size=(n, 5)), axis=1)[:, ::-1] * 2
+    labels = np.zeros((n, 5), dtype=np.int8)
+    ans = rng.random(n) < 0.6
+    labels[ans, 0] = 1
+    close = scores[:, 0] - scores[:, 1] < 0.8
+    labels[ans & close, 1] = 1
+    cal = fit_calibrator(scores, labels)
+    assert cal.chunk.method == "chunk_logistic", cal.info["chunk_brier_oof"]
+    assert cal.info["chunk_brier_oof"]["chunk_logistic"] < cal.info["chunk_brier_oof"]["set_rank"]
+    pair = np.array([[2.0, 1.8, -1.0, -1.5, -2.0], [2.0, 0.0, -1.0, -1.5, -2.0]])
+    p = cal.chunk_probabilities(pair)
+    assert p[0, 1] > p[1, 1] + 0.1 and p[0, 0] == pytest.approx(p[1, 0], abs=0.1)
+    again = Calibrator.from_dict(json.loads(json.dumps(cal.to_dict())))
+    np.testing.assert_array_equal(again.chunk_probabilities(pair), p)

@@ -19,8 +19,13 @@ Rows (:data:`ROWS`): retrieval order; BM25 with the collection's own statistics;
 ``lambdamart-base`` and ``anchored-base`` (the shipped models, the shipped Wikipedia
 statistics; on NFCorpus also with NFCorpus's own, ``corpus=``); the MiniLM-L6
 cross-encoder trained here on the pretrained recipe's pooled training split (no TREC DL
-topic; the transfer stage's short recipe) on the unseen collections. The generator-coupled
-flagship has no generator features on these collections and is not a row.
+topic; the transfer stage's short recipe) on the unseen collections; and, where its
+SmolLM2 warm-up features exist (WikiQA and the held-out datasets, whose questions the
+full profile extracts), the generator-coupled flagship (``anchored`` with its default
+blocks: h, r, the q/E prototype, the K = 5 chunk block, LETOR and stacked LambdaMART),
+trained by the same recipe with the generator's features. Its chunk block scores the first
+five candidates of a longer list; the rest rank after them. TREC DL, NFCorpus and ArguAna
+have no generator features here, so it is no row there.
 
 On BM25 lists the learned rows read the lists in BM25's order with MiniLM cosines as
 their retrieval scores (:func:`minilm_scored`: what ``ChunkSelector`` computes for a
@@ -90,6 +95,8 @@ def collections(progress: bool) -> dict[str, tuple[Callable[[], list[Instance]],
     return out
 
 
+#: the collections whose questions have generator features (the full profile extracts WikiQA's)
+GENERATOR_COLLECTIONS = ("wikiqa",)
 #: collections of the zero-shot average (MiniLM candidates; the held-out datasets join it)
 AVERAGE = ("wikiqa", "nfcorpus/minilm", "arguana/minilm")
 
@@ -123,6 +130,48 @@ def crossencoder(progress: bool) -> Any:
     return sel
 
 
+#: the generator-coupled flagship's row (the anchored selector's default blocks)
+GENERATOR_ROW = "anchored, generator"
+
+
+def generator_features(insts: Sequence[Instance], progress: bool) -> Any:
+    """The default generator's warm-up features of ``insts``' questions (the feature store:
+    extracted once, cached; the full profile's run has them already)."""
+    from chunksel.build import extract_question_features
+
+    return extract_question_features([i.question for i in insts], progress=progress)
+
+
+def fit_generator_flagship(train: Sequence[Instance], val: Sequence[Instance], progress: bool) -> tuple[Any, Any]:
+    """The flagship with its default blocks, fitted by the pretrained recipe (its
+    statistics corpus) on ``train`` with the generator's features; and the feature store."""
+    from chunksel.selectors import make_selector
+    from chunksel.study import pretrain
+
+    feats = generator_features(list(train) + list(val), progress)
+    sel = make_selector("anchored", corpus=pretrain.CORPUS, progress=progress)
+    sel.fit(list(train), feats, list(val))
+    return sel, feats
+
+
+def generator_flagship(progress: bool) -> tuple[Any, Any]:
+    """The generator-coupled flagship trained on the recipe's pooled six datasets (TREC DL
+    left out), cached under the cache root."""
+    from chunksel.config import cache_root, config_hash
+    from chunksel.selectors import load_selector
+    from chunksel.study import pretrain
+
+    folder = cache_root() / "zeroshot" / f"anchored-generator-{config_hash({'limit': pretrain.LIMIT})}"
+    if (folder / "config.json").is_file():
+        return load_selector(folder), None
+    train, val, _ = pretrain.load_pooled(pretrain.LIMIT, progress)
+    pretrain.no_trec_dl(train + val)
+    say(f"training the generator-coupled flagship on {len(train)} pooled questions")
+    sel, feats = fit_generator_flagship(train, val, progress)
+    sel.save(folder)
+    return sel, feats
+
+
 def minilm_scored(insts: Sequence[Instance]) -> list[Instance]:
     """The lists in their retriever's order, each candidate's score the MiniLM cosine to the
     question: what ``ChunkSelector`` computes when a caller whose retriever is not MiniLM
@@ -138,8 +187,8 @@ def minilm_scored(insts: Sequence[Instance]) -> list[Instance]:
     return out
 
 
-def _scores(sel: Any, insts: Sequence[Instance]) -> np.ndarray:
-    s = np.asarray(sel.score(list(insts)), dtype=np.float64)
+def _scores(sel: Any, insts: Sequence[Instance], features: Any = None) -> np.ndarray:
+    s = np.asarray(sel.score(list(insts), features), dtype=np.float64)
     width = max(len(i.candidates) for i in insts)
     if s.shape[1] < width:  # a fixed-K row scores the first K: the rest rank after them
         s = np.concatenate([s, np.full((len(s), width - s.shape[1]), -1e9)], axis=1)
@@ -148,14 +197,15 @@ def _scores(sel: Any, insts: Sequence[Instance]) -> np.ndarray:
     return s
 
 
-def evaluate_row(sel: Any, insts: Sequence[Instance], graded: bool) -> dict[str, Any]:
-    """Rank-1 hits (answerable questions), nDCG@10 / MRR@10 when graded, calibration."""
+def evaluate_row(sel: Any, insts: Sequence[Instance], graded: bool, features: Any = None) -> dict[str, Any]:
+    """Rank-1 hits (answerable questions), nDCG@10 / MRR@10 when graded, calibration
+    (``features``: the generator's, for a selector that reads them)."""
     from chunksel.eval.metrics import per_instance_hits
     from chunksel.study.abstention import abstention_of
     from chunksel.types import label_matrix
 
     t = time.perf_counter()
-    scores = _scores(sel, insts)
+    scores = _scores(sel, insts, features)
     seconds = time.perf_counter() - t
     labels = label_matrix(list(insts), k=scores.shape[1])
     answerable = labels.any(axis=1)
@@ -169,7 +219,7 @@ def evaluate_row(sel: Any, insts: Sequence[Instance], graded: bool) -> dict[str,
         out.update(ndcg10=100.0 * float(nd.mean()), mrr10=100.0 * float(rr.mean()),
                    ndcg10_values=nd.tolist())
     if getattr(sel, "calibrator_", None) is not None:
-        ab = abstention_of(sel, list(insts), scores=np.where(np.isfinite(scores), scores, -np.inf))
+        ab = abstention_of(sel, list(insts), features, scores=np.where(np.isfinite(scores), scores, -np.inf))
         out["calibration"] = {k: ab.get(k) for k in ("chunk_ece", "set_ece", "auroc", "auto", "k1", "k2",
                                                       "answerable_rate")}
     return out
@@ -202,10 +252,12 @@ def _finish(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 LODO_CANDIDATES = {"minilm": "flat", "bm25": "bm25"}
 
 
-def lodo(progress: bool, only: Sequence[str] | None = None, candidates: str = "minilm") -> dict[str, Any]:
+def lodo(progress: bool, only: Sequence[str] | None = None, candidates: str = "minilm",
+         generator: bool = True) -> dict[str, Any]:
     """Each benchmark dataset held out: the recipe's LambdaMART and anchored selector
     retrained on the other five (pooled training, validation: the recipe's MiniLM lists),
-    tested on its test split's top-5 lists of ``candidates`` (``minilm`` or ``bm25``)."""
+    tested on its test split's top-5 lists of ``candidates`` (``minilm`` or ``bm25``);
+    with ``generator``, the generator-coupled flagship too."""
     from chunksel.build import build_instances
     from chunksel.data.datasets import BENCHMARK_DATASETS
     from chunksel.selectors import make_selector
@@ -223,13 +275,19 @@ def lodo(progress: bool, only: Sequence[str] | None = None, candidates: str = "m
         rows = {"retrieval": evaluate_row(make_selector("retrieval"), test, False)}
         if candidates != "bm25":  # on BM25 lists the BM25 row is retrieval order
             rows["bm25"] = evaluate_row(make_selector("bm25", progress=False), test, False)
+        learned = minilm_scored(test) if candidates == "bm25" else test
         for key, name, params in (("lambdamart (LODO)", "lambdamart", {}),
                                   ("anchored (LODO)", "anchored", {"blocks": blocks})):
             t = time.time()
             sel = make_selector(name, corpus=pretrain.CORPUS, progress=progress, **params)
             sel.fit(tr, None, va)
-            rows[key] = evaluate_row(sel, minilm_scored(test) if candidates == "bm25" else test, False)
+            rows[key] = evaluate_row(sel, learned, False)
             rows[key]["fit_seconds"] = time.time() - t
+        if generator:
+            t = time.time()
+            sel, _ = fit_generator_flagship(tr, va, progress)
+            rows[f"{GENERATOR_ROW} (LODO)"] = evaluate_row(sel, learned, False, generator_features(test, progress))
+            rows[f"{GENERATOR_ROW} (LODO)"]["fit_seconds"] = time.time() - t
         out[ds] = _finish(rows)
         out[ds]["anchored_vs_lambdamart"] = compare_rows(
             {k: rows[k] for k in ("anchored (LODO)", "lambdamart (LODO)")}, "lambdamart (LODO)")["anchored (LODO)"]
@@ -246,7 +304,7 @@ def _pretrained_dir(name: str) -> Path:
 # ------------------------------------------------------------------ the run
 def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = None,
         lodo_candidates: Sequence[str] = tuple(LODO_CANDIDATES), with_ce: bool = True,
-        update: bool = False) -> dict[str, Any]:
+        update: bool = False, generator: bool = True) -> dict[str, Any]:
     """Run the collections (``only``: those keys; ``()``: none) and the held-out datasets
     for each of ``lodo_candidates``; ``update`` keeps what ``out/results.json`` holds for
     the parts not run (each part's figures depend on its own inputs alone)."""
@@ -280,12 +338,15 @@ def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = Non
                 rows[f"{name} (own stats)"] = evaluate_row(pretrained_selector(name, stats_corpus), learned, graded)
         if ce is not None:
             rows["crossencoder"] = evaluate_row(ce, learned, graded)
+        if key in GENERATOR_COLLECTIONS and generator:
+            flag, _ = generator_flagship(progress)
+            rows[GENERATOR_ROW] = evaluate_row(flag, learned, graded, generator_features(learned, progress))
         results["collections"][key] = _finish(rows)
         results["seconds"][key] = time.time() - tk
         say(f"{key}: " + ", ".join(f"{k} {v['rank1']:.2f}" for k, v in rows.items()))
     for cand in lodo_candidates:
         tk = time.time()
-        results["lodo"][cand] = lodo(progress, candidates=cand)
+        results["lodo"][cand] = lodo(progress, candidates=cand, generator=generator)
         results["seconds"][f"lodo/{cand}"] = time.time() - tk
     results["average"] = zero_shot_average(results)
     out.mkdir(parents=True, exist_ok=True)
@@ -326,12 +387,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--lodo", nargs="*", default=list(LODO_CANDIDATES), choices=list(LODO_CANDIDATES),
                    help="the held-out datasets' candidate lists to run (none: skip)")
     p.add_argument("--no-ce", action="store_true")
+    p.add_argument("--no-generator", action="store_true",
+                   help="leave out the generator-coupled flagship (its SmolLM2 warm-up features)")
     p.add_argument("--update", action="store_true", help="keep the parts of OUT/results.json not run now")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     only = [] if args.only == ["none"] else args.only
     run(args.out, progress=not args.quiet, only=only, lodo_candidates=args.lodo, with_ce=not args.no_ce,
-        update=args.update)
+        update=args.update, generator=not args.no_generator)
     return 0
 
 

@@ -82,3 +82,26 @@ def test_the_wheel_row_reads_the_measured_size(tmp_path):
                                "(`benchmarks/wheel_size.py`) | yes |")
     path.write_text(json.dumps({"mb": 31.0, "bound_mb": 30.0, "commit": "abc1234"}))
     assert wheel_row(path).endswith("| no |")
+
+
+def test_the_generator_flagship_is_a_row_where_its_features_exist(tmp_path):
+    """With generator rows (WikiQA and a held-out dataset), the held-out table gains its column
+    and its comparison with LambdaMART, and a section pools it against the lean models over
+    exactly those collections; without them, neither appears."""
+    wq = {"retrieval": _row([1, 0, 0, 1]), "bm25": _row([0, 0, 0, 1]), "lambdamart-base": _row([1, 0, 0, 1]),
+          "anchored-base": _row([1, 1, 0, 1]), "anchored, generator": _row([1, 1, 1, 1])}
+    held = {"retrieval": _row([1, 0]), "bm25": _row([0, 0]), "lambdamart (LODO)": _row([1, 0]),
+            "anchored (LODO)": _row([1, 1]), "anchored, generator (LODO)": _row([0, 0])}
+    results = {"collections": {"wikiqa": zeroshot._finish(wq)}, "lodo": {"minilm": {"nq": zeroshot._finish(held)}}}
+    text = write_report(json.loads(json.dumps(results)), tmp_path).read_text()
+    assert "| nq (n = 2) | 50.00 | 0.00 | 50.00 | 100.00 | 0.00 |" in text
+    assert "generator flagship vs LambdaMART |" in text and "| -50.00 [" in text
+    assert "## The generator-coupled flagship" in text and "(2 collections" in text
+    # pooled over WikiQA's 4 and nq's 2 questions: generator 4 hits, anchored 5, LambdaMART 3
+    assert "generator flagship 50.00, `anchored-base` (or its recipe without the dataset) 87.50" in text
+    assert "minus `anchored-base` over the 6 pooled questions: -16.67" in text
+    assert "minus `lambdamart-base` over the 6 pooled questions: +16.67" in text
+    del wq["anchored, generator"], held["anchored, generator (LODO)"]
+    results = {"collections": {"wikiqa": zeroshot._finish(wq)}, "lodo": {"minilm": {"nq": zeroshot._finish(held)}}}
+    text = write_report(json.loads(json.dumps(results)), tmp_path).read_text()
+    assert "generator" not in text.lower()

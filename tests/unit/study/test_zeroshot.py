@@ -104,4 +104,16 @@ def test_the_generator_flagship_is_a_row_where_its_features_exist(tmp_path):
     del wq["anchored, generator"], held["anchored, generator (LODO)"]
     results = {"collections": {"wikiqa": zeroshot._finish(wq)}, "lodo": {"minilm": {"nq": zeroshot._finish(held)}}}
     text = write_report(json.loads(json.dumps(results)), tmp_path).read_text()
-    assert "generator" not in text.lower()
+    assert "## The generator-coupled flagship" not in text and "generator flagship vs LambdaMART" not in text
+    assert "with generator features" not in text
+
+
+def test_the_generator_flagships_cost_comes_from_the_large_reports_table1(tmp_path):
+    from chunksel.study.zeroshot_report import generator_cost
+
+    assert "no cost measured here" in generator_cost(tmp_path / "absent.json")
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"git_commit": "abcdef123", "table1": {"anchored": {"p50_ms": 1.2925, "text_p50_ms": 516.5}}}))
+    line = generator_cost(path)
+    assert "at abcdef1" in line and "p50 1.29 ms with the SmolLM2 warm-up features given" in line
+    assert "516 ms from raw text" in line or "517 ms from raw text" in line

@@ -239,7 +239,8 @@ def write_report(results: Mapping[str, Any], out: Path) -> Path:
              "learned rows read the lists in BM25's order with MiniLM cosines as retrieval scores (what "
              "`ChunkSelector` computes when no `chunk_scores` are passed). TREC DL runs over `msmarco-sub`, which holds "
              "mostly judged passages: its figures are not comparable with full-corpus TREC DL results.", ""]
-    lines += ["## Targets", ""] + targets(results)
+    lines += ["## Targets", ""] + targets(results) + [
+        "Why each miss, and what was tried on validation: `docs/decisions/pretrained-models.md`.", ""]
     avg = results.get("average") or {}
     if avg:
         lines += ["## Zero-shot average", "",

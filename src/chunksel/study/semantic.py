@@ -282,16 +282,24 @@ def _average(out: dict[str, Any], diffs: dict[tuple[str, str], dict[str, Any]], 
         res["rows"][n] = {lab: (float(np.mean(v)) if v and all(x is not None and np.isfinite(x) for x in v)
                                 else None) for lab, v in cells.items()}
     peer = out["peer"]
-    rng = np.random.default_rng(seed)
-    for lab in ("semantic", "own"):
+    draws: dict[tuple[int, int], np.ndarray] = {}  # one set of resamples per label set and dataset
+
+    def resample(li: int, di: int, n: int) -> np.ndarray:
+        # the same draws for every row (common random numbers), so a row's interval does
+        # not depend on which other rows the study has
+        if (li, di) not in draws:
+            draws[li, di] = np.random.default_rng([seed, li, di]).integers(0, n, (n_resamples, n))
+        return draws[li, di]
+
+    for li, lab in enumerate(("semantic", "own")):
         res["vs_peer"][lab] = {}
         for n in rows:
             per = [diffs.get((ds, sub), {}).get(lab, {}).get(n) for ds in subs]
             if n == peer or any(d is None or not len(d) for d in per):
                 continue
             boots = np.zeros(n_resamples)
-            for d in per:
-                boots += d[rng.integers(0, len(d), (n_resamples, len(d)))].mean(axis=1)
+            for di, d in enumerate(per):
+                boots += d[resample(li, di, len(d))].mean(axis=1)
             boots = 100.0 * boots / len(per)
             res["vs_peer"][lab][n] = {"diff": 100.0 * float(np.mean([np.mean(d) for d in per])),
                                       "lo": float(np.quantile(boots, 0.025)), "hi": float(np.quantile(boots, 0.975))}

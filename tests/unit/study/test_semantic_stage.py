@@ -166,3 +166,17 @@ def test_the_section_names_the_pretrained_rows_and_any_dataset_they_saw(toy):
     assert "except on" not in format_semantic(res)
     res["semantic"]["datasets"]["popqa"]["pretrained_seen"] = 2
     assert "except on PopQA (2 seen)" in format_semantic(res)
+
+
+def test_a_rows_average_interval_does_not_depend_on_the_other_rows():
+    """The average's bootstrap draws are shared by every row, so adding a row (the
+    pretrained ones, say) leaves the others' intervals as they were."""
+    from chunksel.study.semantic import _average
+
+    rng = np.random.default_rng(3)
+    diffs = {("popqa", "all"): {"semantic": {n: rng.integers(-1, 2, 30).astype(float) for n in ("a", "b", "c")}},
+             ("nq", "all"): {"semantic": {n: rng.integers(-1, 2, 20).astype(float) for n in ("a", "b", "c")}}}
+    out = {"peer": "p", "datasets": {ds: {"subsets": {"all": {"rows": {}}}} for ds in ("popqa", "nq")}}
+    both = _average(out, diffs, "all", ["a", "b", "c"], seed=0, n_resamples=500)["vs_peer"]["semantic"]
+    alone = _average(out, diffs, "all", ["c"], seed=0, n_resamples=500)["vs_peer"]["semantic"]
+    assert alone["c"] == both["c"]

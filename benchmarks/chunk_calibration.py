@@ -4,7 +4,7 @@ validation.
 For each benchmark dataset (the full profile's sample, grouped splits, K = 5) LambdaMART
 (the ``lambdamart`` row's settings, seed 0) is fitted on the training split and scores the
 validation split; there, out of fold (5 folds by set, the set model's probabilities
-themselves out of fold), each chunk map of :mod:`chunksel.selectors.calibration` is
+themselves out of fold), each chunk map of :mod:`chunksel.selectors.calibration_maps` is
 fitted and scored:
 
 - ``isotonic`` / ``platt``: a monotone map of the chunk's score alone;
@@ -59,7 +59,7 @@ def kept_at_k2_recall(p: np.ndarray, labels: np.ndarray, scores: np.ndarray) -> 
 
 
 def oof_maps(scores: np.ndarray, labels: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
-    from chunksel.selectors.calibration import (
+    from chunksel.selectors.calibration_maps import (
         fit_chunk_logistic,
         fit_score_map,
         fit_set_model,

@@ -228,16 +228,15 @@ def evaluate_row(sel: Any, insts: Sequence[Instance], graded: bool, features: An
 def compare_rows(rows: dict[str, dict[str, Any]], ref: str) -> dict[str, dict[str, Any]]:
     """Each row against ``ref`` on rank-1: the paired bootstrap interval and McNemar's p
     (points), and whether both tests agree."""
-    from chunksel.eval.significance import compare
+    from chunksel.study.zeroshot_report import paired
 
     out = {}
     for name, r in rows.items():
         if name == ref:
             continue
-        c = compare(np.asarray(r["hits"]), np.asarray(rows[ref]["hits"]))
-        both = (c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05
-        out[name] = {"diff": 100 * c["diff"], "lo": 100 * c["lo"], "hi": 100 * c["hi"], "p": c["p"],
-                     "n10": c["n10"], "n01": c["n01"], "significant": bool(both)}
+        c = paired(r, rows[ref])
+        del c["n"]  # the record's keys as before
+        out[name] = c
     return out
 
 

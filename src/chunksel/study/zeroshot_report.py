@@ -81,6 +81,18 @@ def calibration_table(results: Mapping[str, Any]) -> list[str]:
 GENERATOR_LODO = "anchored, generator (LODO)"
 
 
+def paired(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Row ``a`` against row ``b`` on their rank-1 hits (points): the paired bootstrap
+    interval, McNemar's p, and whether both tests agree (the run's own rule)."""
+    import numpy as np
+
+    from chunksel.eval.significance import compare
+
+    c = compare(np.asarray(a["hits"]), np.asarray(b["hits"]))
+    return {"diff": 100 * c["diff"], "lo": 100 * c["lo"], "hi": 100 * c["hi"], "p": c["p"], "n": c["n"],
+            "n10": c["n10"], "n01": c["n01"], "significant": bool((c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05)}
+
+
 def lodo_table(lodo: Mapping[str, Any]) -> list[str]:
     names = [n for n in ("retrieval", "bm25", "lambdamart (LODO)", "anchored (LODO)", GENERATOR_LODO)
              if all(n in e["rows"] for e in lodo.values())]
@@ -92,10 +104,7 @@ def lodo_table(lodo: Mapping[str, Any]) -> list[str]:
         rows = entry["rows"]
         gen_cell = ""
         if gen:
-            from chunksel.study.zeroshot import compare_rows
-
-            c = compare_rows({k: rows[k] for k in (GENERATOR_LODO, "lambdamart (LODO)")}, "lambdamart (LODO)")
-            gen_cell = f" {_cmp(c[GENERATOR_LODO])} |"
+            gen_cell = f" {_cmp(paired(rows[GENERATOR_LODO], rows['lambdamart (LODO)']))} |"
         out.append(f"| {ds} (n = {rows['retrieval']['n']}) | " + " | ".join(_f(rows[n]["rank1"]) for n in names)
                    + f" | {_cmp(entry.get('anchored_vs_lambdamart'))} |" + gen_cell)
     return out + [""]
@@ -118,8 +127,6 @@ def generator_lines(results: Mapping[str, Any]) -> list[str]:
         return []
     import numpy as np
 
-    from chunksel.eval.significance import compare
-
     avg = {k: float(np.mean([p[k]["rank1"] for p in parts])) for k in ("generator", "anchored", "lambdamart")}
     out = ["## The generator-coupled flagship",
            f"Where its SmolLM2 warm-up features exist ({len(parts)} collections: WikiQA and the held-out datasets, "
@@ -128,13 +135,11 @@ def generator_lines(results: Mapping[str, Any]) -> list[str]:
            f"them: generator flagship {_f(avg['generator'])}, `anchored-base` (or its recipe without the dataset) "
            f"{_f(avg['anchored'])}, `lambdamart-base` (likewise) {_f(avg['lambdamart'])}."]
     for other, label in (("anchored", "anchored-base"), ("lambdamart", "lambdamart-base")):
-        a = np.concatenate([p["generator"]["hits"] for p in parts])
-        b = np.concatenate([p[other]["hits"] for p in parts])
-        c = compare(a, b)
-        both = (c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05
-        out.append(f"Generator flagship minus `{label}` over the {c['n']} pooled questions: {100 * c['diff']:+.2f} "
-                   f"[{100 * c['lo']:+.2f}, {100 * c['hi']:+.2f}], McNemar p = {c['p']:.3g}"
-                   + (" (significant by both tests)." if both else " (not significant by both tests)."))
+        c = paired({"hits": [h for p in parts for h in p["generator"]["hits"]]},
+                    {"hits": [h for p in parts for h in p[other]["hits"]]})
+        out.append(f"Generator flagship minus `{label}` over the {c['n']} pooled questions: {c['diff']:+.2f} "
+                   f"[{c['lo']:+.2f}, {c['hi']:+.2f}], McNemar p = {c['p']:.3g}"
+                   + (" (significant by both tests)." if c["significant"] else " (not significant by both tests)."))
     return [line for par in out for line in (par, "")][:-1] + [""]
 
 

@@ -119,8 +119,8 @@ def pretrained_rows(names: Sequence[str], test: Sequence[Any], idx: Sequence[int
     from chunksel.study.abstention import abstention_of
     from chunksel.study.fitting import evaluate_selector
 
-    if any(test[j].question.id in seen for j in idx):
-        n = sum(test[j].question.id in seen for j in idx)
+    n = sum(test[j].question.id in seen for j in idx)
+    if n:
         say(f"semantic: the pretrained rows left out: {n} labelled questions were among their training or "
             "validation questions")
         return {}

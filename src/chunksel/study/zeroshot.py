@@ -142,19 +142,19 @@ def generator_features(insts: Sequence[Instance], progress: bool) -> Any:
     return extract_question_features([i.question for i in insts], progress=progress)
 
 
-def fit_generator_flagship(train: Sequence[Instance], val: Sequence[Instance], progress: bool) -> tuple[Any, Any]:
+def fit_generator_flagship(train: Sequence[Instance], val: Sequence[Instance], progress: bool) -> Any:
     """The flagship with its default blocks, fitted by the pretrained recipe (its
-    statistics corpus) on ``train`` with the generator's features; and the feature store."""
+    statistics corpus) on ``train`` with the generator's features."""
     from chunksel.selectors import make_selector
     from chunksel.study import pretrain
 
     feats = generator_features(list(train) + list(val), progress)
     sel = make_selector("anchored", corpus=pretrain.CORPUS, progress=progress)
     sel.fit(list(train), feats, list(val))
-    return sel, feats
+    return sel
 
 
-def generator_flagship(progress: bool) -> tuple[Any, Any]:
+def generator_flagship(progress: bool) -> Any:
     """The generator-coupled flagship trained on the recipe's pooled six datasets (TREC DL
     left out), cached under the cache root."""
     from chunksel.config import cache_root, config_hash
@@ -163,13 +163,13 @@ def generator_flagship(progress: bool) -> tuple[Any, Any]:
 
     folder = cache_root() / "zeroshot" / f"anchored-generator-{config_hash({'limit': pretrain.LIMIT})}"
     if (folder / "config.json").is_file():
-        return load_selector(folder), None
+        return load_selector(folder)
     train, val, _ = pretrain.load_pooled(pretrain.LIMIT, progress)
     pretrain.no_trec_dl(train + val)
     say(f"training the generator-coupled flagship on {len(train)} pooled questions")
-    sel, feats = fit_generator_flagship(train, val, progress)
+    sel = fit_generator_flagship(train, val, progress)
     sel.save(folder)
-    return sel, feats
+    return sel
 
 
 def minilm_scored(insts: Sequence[Instance]) -> list[Instance]:
@@ -284,7 +284,7 @@ def lodo(progress: bool, only: Sequence[str] | None = None, candidates: str = "m
             rows[key]["fit_seconds"] = time.time() - t
         if generator:
             t = time.time()
-            sel, _ = fit_generator_flagship(tr, va, progress)
+            sel = fit_generator_flagship(tr, va, progress)
             rows[f"{GENERATOR_ROW} (LODO)"] = evaluate_row(sel, learned, False, generator_features(test, progress))
             rows[f"{GENERATOR_ROW} (LODO)"]["fit_seconds"] = time.time() - t
         out[ds] = _finish(rows)
@@ -338,7 +338,7 @@ def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = Non
         if ce is not None:
             rows["crossencoder"] = evaluate_row(ce, learned, graded)
         if key in GENERATOR_COLLECTIONS and generator:
-            flag, _ = generator_flagship(progress)
+            flag = generator_flagship(progress)
             rows[GENERATOR_ROW] = evaluate_row(flag, learned, graded, generator_features(learned, progress))
         results["collections"][key] = _finish(rows)
         results["seconds"][key] = time.time() - tk

@@ -1,4 +1,5 @@
-"""The three bulk jobs on Ray: corpus encoding, question features, LLM-judge labels.
+"""The bulk jobs on Ray: corpus encoding (embeddings, and chunk token vectors), question
+features, LLM-judge labels.
 
 Each driver plans shards over the work the caches do not hold yet, records the plan in
 a :class:`~chunksel.bulk.manifest.ShardManifest`, runs the pending shards as a Ray Data
@@ -9,6 +10,8 @@ single-process path reads:
   (:func:`chunksel.retrieval.embeddings.embeddings_dir`), in the layout
   :func:`~chunksel.retrieval.embeddings.corpus_embeddings` reads with
   ``use_precomputed=False``; :func:`sharded_ivfpq` indexes those shards.
+- :func:`encode_tokens` writes the chunks' token vectors (int8 codes) into
+  :func:`tokens_dir`, which :class:`~chunksel.retrieval.tokens.TokenShards` reads.
 - :func:`extract_features` writes ``h-``/``r-`` shards into the generator's
   :class:`~chunksel.features.store.FeatureStore` folder and registers them in its index.
 - the LLM label jobs (the judge, the utility teacher) are in :mod:`chunksel.bulk.label_jobs`.
@@ -237,6 +240,81 @@ def encode_corpus(
     kwargs = {"out": str(folder), "model_dir": str(encoder.model_dir), "device": encoder.device,
               "batch_size": encoder.batch_size, "max_seq_length": encoder.max_seq_length}
     return run_manifest(manifest, EncodeWorker, kwargs, workers, address, progress, fault, max_retries,
+                        cpus_per_worker)
+
+
+def tokens_dir(corpus: Any, encoder: Any) -> Path:
+    """Where :func:`encode_tokens` keeps the corpus's chunk token vectors."""
+    from chunksel.retrieval.embeddings import embeddings_dir
+
+    return embeddings_dir(corpus, encoder) / "tokens"
+
+
+def encode_tokens(
+    corpus: Any,
+    encoder: Any,
+    ids: Sequence[str] | None = None,
+    *,
+    workers: int = 2,
+    address: str | None = None,
+    shard_rows: int = 1024,
+    progress: bool = True,
+    fault: dict | None = None,
+    max_retries: int = 3,
+    cpus_per_worker: float = 1,
+) -> JobReport:
+    """Store the token vectors of ``corpus``'s passages (all, or the passages ``ids``) as
+    int8 codes, on Ray, in shards that resume: each chunk is encoded once.
+
+    A passage's stored size is 384 bytes a token plus an 8-byte offset (about 50 KB for a
+    130-token Wikipedia passage), so the usual set is the passages the retriever returns
+    for a question set (its candidates), not the whole corpus.
+
+    Args:
+        corpus: a :class:`~chunksel.data.corpus.Corpus`.
+        encoder: the :class:`~chunksel.retrieval.encoder.Encoder` (settings only).
+        ids: the passages to store (default every passage); an unknown id is a DataError.
+        workers, address, progress, fault, max_retries, cpus_per_worker: as for
+            :func:`encode_corpus`.
+        shard_rows: passages per shard.
+
+    Returns:
+        the run's :class:`JobReport`; read the vectors with
+        ``TokenShards(tokens_dir(corpus, encoder))``.
+    """
+    from chunksel.bulk.workers import TokenWorker
+
+    check_job_sizes(workers, shard_rows)
+    row_of = corpus.row_of
+    if ids is None:
+        rows = list(range(len(corpus)))
+    else:
+        missing = [i for i in ids if i not in row_of]
+        if missing:
+            raise DataError(f"{len(missing)} passage id(s) are not in corpus {corpus.name!r} (e.g. {missing[0]!r})")
+        rows = sorted({row_of[i] for i in ids})
+    if not rows:
+        raise DataError("encode_tokens: no passages to encode")
+    folder = tokens_dir(corpus, encoder)
+    identity = {"corpus": corpus.name, "n_rows": len(corpus), "rows": config_hash({"rows": rows}),
+                "shard_rows": shard_rows, "model_id": encoder.model_id, "batch_size": encoder.batch_size,
+                "max_seq_length": encoder.max_seq_length}
+    # one job per request; a passage an earlier request stored is not encoded again
+    prefix = ShardManifest.job_key("tokens", identity)[:10]
+    job = folder / f"job-{prefix}"
+    if not (job / "manifest.json").is_file():
+        stored = {pid for f in folder.glob("tokens_*.ids.json") for pid in json.loads(f.read_text())}
+        rows = [r for r in rows if corpus.passage(r).id not in stored]
+    parts = [rows[lo:lo + shard_rows] for lo in range(0, len(rows), shard_rows)]
+    manifest = ShardManifest.open(job, "tokens", identity, plan=[{"n": len(p)} for p in parts])
+    for s in manifest.pending():
+        part = parts[s]
+        manifest.shards[s] = stage_input(job, s, {
+            "n": len(part), "ids": [corpus.passage(r).id for r in part],
+            "texts": [corpus.encoder_input(r) for r in part]}, keep=("n",))
+    kwargs = {"out": str(folder), "prefix": prefix, "model_dir": str(encoder.model_dir), "device": encoder.device,
+              "batch_size": encoder.batch_size, "max_seq_length": encoder.max_seq_length}
+    return run_manifest(manifest, TokenWorker, kwargs, workers, address, progress, fault, max_retries,
                         cpus_per_worker)
 
 

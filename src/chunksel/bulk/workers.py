@@ -1,4 +1,4 @@
-"""Shard workers: the Ray actors of the three bulk jobs.
+"""Shard workers: the Ray actors of the bulk jobs.
 
 Each class is constructed once per actor (it loads its model there) and called by
 Ray Data with a batch of one shard row (``shard``, JSON ``payload``). For each shard it
@@ -172,6 +172,28 @@ class EncodeWorker(ShardWorker):
     def write(self, shard: int, payload: dict[str, Any], results: np.ndarray) -> dict[str, Any]:
         save_npy(self.out / f"shard_{shard_name(shard)}.npy", results)
         return {"rows": int(results.shape[0])}
+
+
+class TokenWorker(EncodeWorker):
+    """Chunk token vectors: payload ``{"ids": [...], "texts": [...]}`` -> the shard's int8
+    codes (:func:`chunksel.retrieval.tokens.write_shard`) in ``out``, named
+    ``<prefix>-<shard>`` (one prefix per job, so several jobs share the folder)."""
+
+    kind = "tokens"
+
+    def __init__(self, job: str, out: str, prefix: str, **kw: Any) -> None:
+        self.prefix = prefix
+        super().__init__(job, out, **kw)
+
+    def compute(self, shard: int, payload: dict[str, Any]) -> list[np.ndarray]:
+        from chunksel.retrieval.tokens import chunk_codes
+
+        return chunk_codes(self.encoder, payload["texts"])
+
+    def write(self, shard: int, payload: dict[str, Any], results: list[np.ndarray]) -> dict[str, Any]:
+        from chunksel.retrieval.tokens import write_shard
+
+        return write_shard(self.out, f"{self.prefix}-{shard_name(shard)}", payload["ids"], results)
 
 
 class FeatureWorker(ShardWorker):

@@ -7,6 +7,10 @@ the SHA-256 of the encoder id and the exact text given to the encoder (title inc
 so a different encoder or a changed text never hits. The memory tier is a bounded LRU
 (``max_items`` vectors); the optional disk tier is one SQLite file (WAL mode, so several
 server worker processes can share it) that survives restarts. Both are thread-safe.
+
+:class:`TokenCache` keeps a chunk's token vectors the same way (int8 codes,
+:mod:`chunksel.retrieval.tokens`), for late interaction (the ``maxsim`` selector): in
+memory, and in the same SQLite file's ``tok`` table.
 """
 
 from __future__ import annotations
@@ -122,6 +126,7 @@ def _open_db(path: Path, wait_s: float = 30.0) -> sqlite3.Connection:
             if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 db.execute("PRAGMA journal_mode=WAL")
             db.execute("CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, dim INTEGER, vec BLOB)")
+            db.execute("CREATE TABLE IF NOT EXISTS tok (key TEXT PRIMARY KEY, n INTEGER, dim INTEGER, codes BLOB)")
             db.commit()
             return db
         except sqlite3.OperationalError as err:
@@ -156,3 +161,95 @@ def encode_cached(encode: Callable[[list[str]], np.ndarray], texts: Sequence[str
         for i in todo:
             got[i] = by_text[texts[i]]
     return np.stack(got).astype(np.float32, copy=False)
+
+
+class TokenCache:
+    """Bounded in-memory LRU of chunks' stored token vectors (int8 codes), optionally
+    backed by the ``tok`` table of a SQLite file (the embedding cache's file can be shared).
+
+    Args:
+        max_items: chunks kept in memory (about 50 KB each for a 130-token chunk).
+        path: a SQLite file for a persistent tier; ``None`` = memory only.
+    """
+
+    def __init__(self, max_items: int = 2_000, path: str | Path | None = None) -> None:
+        if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 0:
+            raise ConfigError(f"token cache max_items must be a whole number >= 0, got {max_items!r}")
+        self.max_items = max_items
+        self.path = None if path is None else Path(path).expanduser()
+        self._mem: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self.hits = 0
+        self.misses = 0
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = _open_db(self.path)
+
+    def __len__(self) -> int:
+        return len(self._mem)
+
+    def get_many(self, keys: Sequence[str]) -> list[np.ndarray | None]:
+        """The cached codes of each key (``None`` where absent)."""
+        out: list[np.ndarray | None] = []
+        with self._lock:
+            for k in keys:
+                v = self._mem.get(k)
+                if v is None and self._db is not None:
+                    row = self._db.execute("SELECT n, dim, codes FROM tok WHERE key = ?", (k,)).fetchone()
+                    if row is not None:
+                        v = np.frombuffer(row[2], dtype=np.int8, count=row[0] * row[1]).reshape(row[0], row[1])
+                if v is not None:
+                    self._remember(k, v)
+                out.append(v)
+            found = sum(v is not None for v in out)
+            self.hits += found
+            self.misses += len(out) - found
+        return out
+
+    def put_many(self, keys: Sequence[str], codes: Sequence[np.ndarray]) -> None:
+        """Store one chunk's int8 codes per key."""
+        codes = [np.ascontiguousarray(c) for c in codes]
+        for c in codes:
+            if c.dtype != np.int8 or c.ndim != 2:
+                raise ConfigError(f"the token cache stores (tokens, dim) int8 codes, got {c.dtype} {c.shape}")
+        with self._lock:
+            for k, c in zip(keys, codes, strict=True):
+                self._remember(k, c)
+            if self._db is not None:
+                self._db.executemany("INSERT OR REPLACE INTO tok (key, n, dim, codes) VALUES (?, ?, ?, ?)",
+                                     [(k, c.shape[0], c.shape[1], c.tobytes()) for k, c in zip(keys, codes, strict=True)])
+                self._db.commit()
+
+    def _remember(self, key: str, codes: np.ndarray) -> None:
+        if self.max_items == 0:
+            return
+        self._mem[key] = codes
+        self._mem.move_to_end(key)
+        while len(self._mem) > self.max_items:
+            self._mem.popitem(last=False)
+
+    def stats(self) -> dict[str, Any]:
+        return {"items": len(self._mem), "max_items": self.max_items, "hits": self.hits, "misses": self.misses,
+                "disk": self.path is not None}
+
+
+def tokens_cached(encoder: Any, texts: Sequence[str], cache: TokenCache | None) -> list[np.ndarray]:
+    """Each chunk text's stored token vectors (int8 codes): from ``cache`` where it holds
+    them, the rest encoded in one call and stored."""
+    from chunksel.retrieval.tokens import chunk_codes
+
+    texts = list(texts)
+    if cache is None or not texts:
+        return chunk_codes(encoder, texts)
+    keys = [cache_key(t, encoder.model_id + "#tokens") for t in texts]
+    got = cache.get_many(keys)
+    todo = [i for i, v in enumerate(got) if v is None]
+    if todo:
+        uniq = list(dict.fromkeys(texts[i] for i in todo))
+        codes = chunk_codes(encoder, uniq)
+        cache.put_many([cache_key(t, encoder.model_id + "#tokens") for t in uniq], codes)
+        by_text = dict(zip(uniq, codes, strict=True))
+        for i in todo:
+            got[i] = by_text[texts[i]]
+    return [g for g in got if g is not None]

@@ -3,8 +3,10 @@
 Each candidate scores ``MaxSim(question, title + " " + text)`` over all-MiniLM-L6-v2's
 token vectors (:mod:`chunksel.retrieval.tokens`): every question word finds its best match
 in the chunk, so a chunk that matches the question word by word beats one that is only
-on the topic. Nothing is learned; the question and the chunks are encoded at scoring
-time (one MiniLM pass over them, from raw text), so its cost column is the raw-text path.
+on the topic. Nothing is learned. By default the question and the chunks are encoded at
+scoring time (one MiniLM pass over them, from raw text), so its cost column is the
+raw-text path. With ``tokens=`` the chunks' token vectors come from where they are kept
+(the chunk cache, or the bulk job's shards) and only the question is encoded.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ class MaxSimSelector(Selector):
         max_seq_length: tokens read per text.
         batch_size: texts per MiniLM forward pass.
         model: a local sentence-transformers folder; None: the packaged all-MiniLM-L6-v2.
+        tokens: where the chunks' token vectors are kept: ``None`` (encoded from the text
+            every time), ``"memory"`` (an in-process
+            :class:`~chunksel.retrieval.chunk_cache.TokenCache`), a SQLite file (a
+            persistent TokenCache; the embedding cache's file will do), or a folder of the
+            bulk job's shards (:func:`chunksel.bulk.jobs.encode_tokens`, read by passage
+            id; a chunk it lacks is encoded from its text). Chunks are read through the
+            same int8 codes on every path, so the scores agree.
     """
 
     name = "maxsim"
@@ -36,12 +45,14 @@ class MaxSimSelector(Selector):
     requires_fit = False
 
     def __init__(self, title: bool = True, max_seq_length: int = 256, batch_size: int = 64,
-                 model: str | None = None) -> None:
+                 model: str | None = None, tokens: str | None = None) -> None:
         self.title = title
         self.max_seq_length = max_seq_length
         self.batch_size = batch_size
         self.model = model
+        self.tokens = tokens
         self._encoder: Any = None
+        self._source: Any = None
 
     def encoder(self) -> Any:
         """The MiniLM encoder (loaded on first use)."""
@@ -55,18 +66,51 @@ class MaxSimSelector(Selector):
         """What is encoded of a candidate: its title and text (or the text alone)."""
         return f"{cand.title} {cand.text}".strip() if self.title and cand.title else cand.text
 
+    def token_source(self) -> Any:
+        """The TokenCache or TokenShards that ``tokens`` names (``None`` without one)."""
+        if self._source is None and self.tokens is not None:
+            from chunksel.errors import ConfigError
+            from chunksel.retrieval.chunk_cache import TokenCache
+            from chunksel.retrieval.tokens import TokenShards
+
+            spec = str(self.tokens)
+            if spec == "memory":
+                self._source = TokenCache()
+            elif Path(spec).expanduser().is_dir():
+                self._source = TokenShards(Path(spec).expanduser())
+            elif spec.endswith((".sqlite", ".sqlite3", ".db")) or Path(spec).expanduser().is_file():
+                self._source = TokenCache(path=spec)
+            else:
+                raise ConfigError(f"maxsim tokens={spec!r} is neither 'memory', a token-shard folder, "
+                                  "nor a SQLite file (.sqlite, .sqlite3 or .db)")
+        return self._source
+
+    def chunk_codes(self, cands: Sequence[Any]) -> list[np.ndarray]:
+        """The stored form (int8 codes) of each candidate's token vectors."""
+        from chunksel.retrieval.chunk_cache import TokenCache, tokens_cached
+        from chunksel.retrieval.tokens import chunk_codes
+
+        texts = [self.chunk_text(c) for c in cands]
+        source = self.token_source()
+        if source is None or isinstance(source, TokenCache):
+            return tokens_cached(self.encoder(), texts, source)
+        got = source.get([c.id for c in cands])
+        todo = [i for i, g in enumerate(got) if g is None]
+        for i, codes in zip(todo, chunk_codes(self.encoder(), [texts[i] for i in todo]), strict=True):
+            got[i] = codes
+        return [g for g in got if g is not None]
+
     def _score(self, batch: Sequence[Instance], features: QuestionFeatures | None, k: int) -> np.ndarray:
         from chunksel.retrieval.tokens import maxsim, token_vectors
 
-        texts = [t for inst in batch for t in (inst.question.text, *map(self.chunk_text, inst.candidates))]
-        vecs = token_vectors(self.encoder(), texts)
+        questions = token_vectors(self.encoder(), [inst.question.text for inst in batch])
+        chunks = self.chunk_codes([c for inst in batch for c in inst.candidates])
         out = np.full((len(batch), k), -np.inf)
         at = 0
         for b, inst in enumerate(batch):
-            q = vecs[at]
             for j in range(len(inst.candidates)):
-                out[b, j] = maxsim(q, vecs[at + 1 + j])
-            at += 1 + len(inst.candidates)
+                out[b, j] = maxsim(questions[b], chunks[at + j])
+            at += len(inst.candidates)
         return out
 
     def _load_state(self, path: Path, state: dict[str, Any]) -> None:

@@ -178,3 +178,42 @@ def test_judge_labels_match_single_process(ray_session, smollm2_gguf, tmp_path):
     # the ordinary path now finds every pair in the response cache
     again = label_instances(_instances(), backend, batch_size=2, cache=tmp_path / "ray", progress=False)
     assert again.stats["hits"] == 6 and again.stats["misses"] == 0
+
+
+def test_token_job_stores_each_chunk_once(ray_session, one_thread, tmp_path, monkeypatch):
+    """The shards' protocol (resume, fault drills) is run_manifest's, tested above."""
+    from chunksel.bulk.jobs import encode_tokens, tokens_dir
+    from chunksel.errors import DataError
+    from chunksel.retrieval.encoder import Encoder
+    from chunksel.retrieval.tokens import TokenShards, chunk_codes
+    from chunksel.selectors import make_selector
+
+    monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path / "cache"))
+    corpus, encoder = _corpus(), Encoder(batch_size=4)
+    first = [f"t:{i}" for i in range(0, 9)]
+    report = encode_tokens(corpus, encoder, first, workers=2, shard_rows=3, progress=False)
+    assert report.computed == 3 and report.rows == 9
+    folder = tokens_dir(corpus, encoder)
+    _done_once(next(folder.glob("job-*")))
+    shards = TokenShards(folder)
+    ref = chunk_codes(encoder, [corpus.encoder_input(i) for i in range(len(corpus))])
+    for pid, got in zip(first, shards.get(first), strict=True):
+        want = ref[int(pid[2:])]
+        # the same function on the same texts; a code may move by one where a float's last bit does
+        assert got.shape == want.shape and np.abs(got.astype(int) - want.astype(int)).max() <= 1
+    assert shards.bytes_per_chunk == (shards.n_tokens * 384 + 3 * 8 * 4) / 9  # codes + offsets, 3 shards
+    # a wider request encodes only what is not stored yet; the same request again, nothing
+    again = encode_tokens(corpus, encoder, [f"t:{i}" for i in range(len(corpus))], workers=1, shard_rows=3,
+                          progress=False)
+    assert again.rows == len(corpus) - 9
+    assert encode_tokens(corpus, encoder, first, workers=1, shard_rows=3, progress=False).computed == 0
+    assert len(TokenShards(folder)) == len(corpus)
+    with pytest.raises(DataError, match="not in corpus"):
+        encode_tokens(corpus, encoder, ["t:0", "nope"], workers=1, progress=False)
+
+    # the maxsim selector reads them by passage id and encodes only the question
+    inst = Instance(Question("q", QUESTIONS[0]), [Candidate(f"t:{i}", PASSAGES[i][1], title=PASSAGES[i][0], rank=i)
+                                                  for i in range(5)])
+    sel = make_selector("maxsim", tokens=str(folder), batch_size=4)
+    assert np.allclose(sel.score([inst]), make_selector("maxsim", batch_size=4).score([inst]), atol=2e-3)
+    assert sel.encoder().n_encoded == 1

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from chunksel.errors import DataError
-from chunksel.retrieval.tokens import BYTES_PER_TOKEN, maxsim, token_vectors
+from chunksel.retrieval.tokens import BYTES_PER_TOKEN, TokenShards, maxsim, pack, token_vectors, unpack, write_shard
 from chunksel.selectors import load_selector, make_selector
 from chunksel.types import Candidate, Instance, Question
 
@@ -33,7 +33,8 @@ def test_token_vectors_drop_special_tokens_and_are_unit_float16():
     enc = Encoder()
     vecs = token_vectors(enc, ["who wrote hamlet?", "The Globe Theatre"])
     assert [v.shape for v in vecs] == [(4, 384), (3, 384)]  # who wrote hamlet ? / the globe theatre
-    assert vecs[0].dtype == np.float16 and vecs[0].nbytes == 4 * BYTES_PER_TOKEN
+    assert vecs[0].dtype == np.float16 and vecs[0].nbytes == 4 * 2 * 384
+    assert pack(vecs[0]).nbytes == 4 * BYTES_PER_TOKEN == 4 * 384  # stored: one byte a component
     assert np.allclose(np.linalg.norm(vecs[0].astype(np.float32), axis=1), 1.0, atol=1e-2)
     with pytest.raises(DataError, match="text #1 is empty"):
         token_vectors(enc, ["fine", "  "])
@@ -51,3 +52,55 @@ def test_the_chunk_that_answers_word_for_word_ranks_first(tmp_path):
     # titles are read with the text unless title=False
     titled = _instance(["It was written around 1600."], ["Hamlet"])
     assert make_selector("maxsim").score([titled])[0, 0] != make_selector("maxsim", title=False).score([titled])[0, 0]
+
+
+def test_stored_codes_keep_maxsim_within_a_hundredth():
+    rng = np.random.default_rng(0)
+    q, c = (rng.normal(size=(n, 384)) for n in (6, 40))
+    q, c = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in (q, c))
+    codes = pack(c)
+    assert codes.dtype == np.int8 and np.abs(unpack(codes) - c).max() <= 0.5 / 127 + 1e-7
+    assert maxsim(q, codes) == pytest.approx(maxsim(q, c), abs=0.01)
+    with pytest.raises(DataError, match="int8 codes"):
+        unpack(c)
+    with pytest.raises(DataError, match=r"\(tokens, dim\)"):
+        pack(c[0])
+
+
+def test_token_shards_read_by_passage_id_and_refuse_a_broken_shard(tmp_path):
+    a, b = (np.full((n, 384), n, dtype=np.int8) for n in (3, 5))
+    info = write_shard(tmp_path, "x-00000", ["p1", "p2"], [a, b])
+    assert info == {"rows": 2, "tokens": 8, "bytes": 8 * 384 + 3 * 8}
+    shards = TokenShards(tmp_path)
+    got = shards.get(["p2", "nope", "p1"])
+    assert np.array_equal(got[0], b) and got[1] is None and np.array_equal(got[2], a)
+    assert len(shards) == 2 and "p1" in shards and shards.bytes_per_chunk == (8 * 384 + 24) / 2
+    np.save(tmp_path / "tokens_x-00000.offsets.npy", np.array([0, 3], dtype=np.int64))
+    with pytest.raises(DataError, match="inconsistent"):
+        TokenShards(tmp_path)
+    with pytest.raises(DataError, match="no token shards"):
+        TokenShards(tmp_path / "empty")
+
+
+def test_kept_token_vectors_give_the_same_scores_and_encode_only_the_question(tmp_path):
+    from chunksel.errors import ConfigError
+
+    texts = ["The Globe Theatre was built in 1599.", "Hamlet is a tragedy written by William Shakespeare."]
+    ref = make_selector("maxsim").score([_instance(texts)])
+    for spec in ("memory", str(tmp_path / "tok.sqlite")):
+        sel = make_selector("maxsim", tokens=spec)
+        assert np.array_equal(sel.score([_instance(texts)]), ref)
+        before = sel.encoder().n_encoded
+        assert np.array_equal(sel.score([_instance(texts)]), ref)
+        assert sel.encoder().n_encoded - before == 1  # the question alone
+    # the SQLite tier outlives the process's selector
+    again = make_selector("maxsim", tokens=str(tmp_path / "tok.sqlite"))
+    assert np.array_equal(again.score([_instance(texts)]), ref) and again.encoder().n_encoded == 1
+    # shards: read by passage id; a chunk they lack is encoded from its text
+    from chunksel.retrieval.tokens import chunk_codes
+
+    write_shard(tmp_path / "shards", "a-00000", ["c0"], chunk_codes(again.encoder(), ["The Globe Theatre was built in 1599."]))
+    sel = make_selector("maxsim", tokens=str(tmp_path / "shards"))
+    assert np.array_equal(sel.score([_instance(texts)]), ref) and sel.encoder().n_encoded == 2
+    with pytest.raises(ConfigError, match="neither 'memory'"):
+        make_selector("maxsim", tokens=str(tmp_path / "missing-folder")).score([_instance(texts)])

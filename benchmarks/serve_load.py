@@ -30,12 +30,16 @@ successful requests per second. Modes:
 - bm25 reads text only (``text``).
 
 Goodput: the anchored server with embeddings given, in ``--rounds`` rounds on one server
-with a 1 s request timeout. Each round measures the capacity (64 closed-loop clients for
-``--seconds``: a few keep-alive connections need not be spread evenly over the workers) and
+with a 1 s request timeout. Each round measures the capacity (64 closed-loop clients, the
+median of three windows of ``--seconds``: a few keep-alive connections need not be spread
+evenly over the workers, and one window is noisy) and
 then drives the server open-loop at twice that rate for twice ``--seconds``: requests are
 due at a fixed rate whatever the server does, each on a free keep-alive connection (the
 longest idle one; new ones opened as needed), and latency runs from the time a request was
-due. Per round: answers within the deadline per second of the window, against that round's
+due; each request carries that time as ``X-Request-Start``, so the server counts the time it
+waited in the generator and the socket against its deadline. The generator opens 512 keep-alive connections
+before the window and collects no garbage during it (its own pauses would read as late
+answers). Per round: answers within the deadline per second of the window, against that round's
 capacity; 503s (admission control) and 504s; how far past the deadline any answer came; the
 generator's own send lag and the cores it used (``generator_cores``: it shares the two
 cores with the server). The headline share is the rounds' median, with the worst round and
@@ -51,9 +55,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -159,8 +165,8 @@ def stop_server(proc: subprocess.Popen) -> int:
 
 
 # ------------------------------------------------------------------ the client
-async def _request(reader, writer, path: str, body: bytes, host: str) -> tuple[int, bytes]:
-    writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: " + host.encode()
+async def _request(reader, writer, path: str, body: bytes, host: str, extra: bytes = b"") -> tuple[int, bytes]:
+    writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: " + host.encode() + extra
                  + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
                  + b"\r\n\r\n" + body)
     head = await reader.readuntil(b"\r\n\r\n")
@@ -174,8 +180,20 @@ async def _request(reader, writer, path: str, body: bytes, host: str) -> tuple[i
     return status, await reader.readexactly(length)
 
 
+_REQUEST_MS = re.compile(rb'"request"\s*:\s*([0-9.eE+-]+)')
+
+
+def request_ms(raw: bytes) -> float:
+    """The server's ``timings_ms.request`` of an answer, read without parsing the whole
+    JSON body (the load generator shares the cores it measures)."""
+    m = _REQUEST_MS.search(raw)
+    if m is None:
+        raise ValueError(f"no timings_ms.request in the answer: {raw[:200]!r}")
+    return float(m.group(1))
+
+
 async def _closed_loop(host: str, port: int, clients: int, bodies: list[bytes], seconds: float,
-                       max_requests: int | None) -> dict:
+                       max_requests: int | None, stages: bool = True) -> dict:
     client_ms: list[float] = []
     stage: dict[str, list[float]] = {s: [] for s in STAGES}
     errors: dict[str, int] = {}
@@ -193,9 +211,10 @@ async def _closed_loop(host: str, port: int, clients: int, bodies: list[bytes], 
                 ms = (time.perf_counter() - t) * 1e3
                 if status == 200:
                     client_ms.append(ms)
-                    tm = json.loads(raw)["timings_ms"]
-                    for s in STAGES:
-                        stage[s].append(float(tm.get(s, 0.0)))
+                    if stages:
+                        tm = json.loads(raw)["timings_ms"]
+                        for s in STAGES:
+                            stage[s].append(float(tm.get(s, 0.0)))
                 else:
                     errors[str(status)] = errors.get(str(status), 0) + 1
         finally:
@@ -210,12 +229,12 @@ async def _closed_loop(host: str, port: int, clients: int, bodies: list[bytes], 
             "client_ms": stats(client_ms), "server_ms": {s: stats(v) for s, v in stage.items()}}
 
 
-def closed_loop(host, port, clients, bodies, seconds, max_requests=None) -> dict:
-    return asyncio.run(_closed_loop(host, port, clients, bodies, seconds, max_requests))
+def closed_loop(host, port, clients, bodies, seconds, max_requests=None, stages=True) -> dict:
+    return asyncio.run(_closed_loop(host, port, clients, bodies, seconds, max_requests, stages))
 
 
 async def _open_loop(host: str, port: int, rate: float, bodies: list[bytes], seconds: float,
-                     timeout_s: float, max_connections: int = 1000, preopen: int = 128) -> dict:
+                     timeout_s: float, max_connections: int = 1000, preopen: int = 512) -> dict:
     """Requests arriving at ``rate`` per second for ``seconds``, whatever the server does
     (open loop): each is sent on a free keep-alive connection (a new one is opened when
     none is free, up to ``max_connections``), and its latency runs from the time it was
@@ -241,10 +260,13 @@ async def _open_loop(host: str, port: int, rate: float, bodies: list[bytes], sec
                 conn = await asyncio.open_connection(host, port)
                 opened[0] += 1
             send_lag.append((time.perf_counter() - due) * 1e3)
+            # the request's due time as X-Request-Start: the server counts the time it
+            # waited here (send lag, the socket) against its deadline
+            start = b"\r\nX-Request-Start: t=%.6f" % (wall0 + (due - t0))
             try:
-                status, raw = await _request(*conn, "/select", bodies[n % len(bodies)], host)
+                status, raw = await _request(*conn, "/select", bodies[n % len(bodies)], host, start)
                 if abs(status) == 200:
-                    server_ms.append(float(json.loads(raw)["timings_ms"]["request"]))
+                    server_ms.append(request_ms(raw))
             except (ConnectionError, asyncio.IncompleteReadError):
                 codes["conn_error"] = codes.get("conn_error", 0) + 1
                 conn[1].close()
@@ -261,7 +283,11 @@ async def _open_loop(host: str, port: int, rate: float, bodies: list[bytes], sec
         elif status == 503:
             busy_ms.append(ms)
 
+    # the generator's own pauses would show as late answers: no garbage collection in the window
+    gc.collect()
+    gc.disable()
     tasks, t0, n, cpu0 = [], time.perf_counter(), 0, time.process_time()
+    wall0 = time.time() - (time.perf_counter() - t0)
     while True:
         due = t0 + n / rate
         if due - t0 >= seconds:
@@ -272,6 +298,7 @@ async def _open_loop(host: str, port: int, rate: float, bodies: list[bytes], sec
     await asyncio.gather(*tasks)
     wall = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
+    gc.enable()
     for conn in idle:
         conn[1].close()
     return {"rate_offered": round(rate, 1), "sent": n, "codes": codes, "window_s": seconds, "wall_s": round(wall, 2),
@@ -310,11 +337,13 @@ def encoder_timing(test: list, n: int) -> dict:
 
 # ------------------------------------------------------------------- overload
 def overload(model: Path, work: Path, bodies: list[bytes], seconds: float, rounds: int,
-             capacity_levels: float | None, timeout_s: float = 1.0) -> dict:
+             capacity_levels: float | None, timeout_s: float = 1.0, windows: int = 3) -> dict:
     """Goodput at twice the capacity, in ``rounds`` rounds on one server (1 s request
-    timeout): each round measures the capacity (64 closed-loop clients for ``seconds``) and
-    then drives the server open-loop at twice that rate for twice ``seconds``; its share is
-    its goodput over its own capacity. A capacity measured minutes earlier, on another
+    timeout): each round measures the capacity (64 closed-loop clients, the median of
+    ``windows`` windows of ``seconds``: one 5 s window read 386 to 593 req/s a minute apart
+    on an idle machine) and then drives the server open-loop at twice that rate for twice
+    ``seconds``; its share is its goodput over its own capacity. Both phases use the same
+    light client (no JSON parsing of the answers). A capacity measured minutes earlier, on another
     server process, drifts with the shared machine's load as much as the shares differ, so
     each share pairs two measurements taken seconds apart. The headline share is the
     rounds' median; the worst round and the share against the best capacity seen anywhere
@@ -326,9 +355,12 @@ def overload(model: Path, work: Path, bodies: list[bytes], seconds: float, round
     try:
         closed_loop(host, port, 8, bodies, 3.0)
         for r in range(rounds):
-            cap = closed_loop(host, port, 64, bodies, seconds)
+            caps = [closed_loop(host, port, 64, bodies, seconds, stages=False) for _ in range(windows)]
+            cap = {"req_per_s": float(np.median([c["req_per_s"] for c in caps])),
+                   "errors": {k: sum(c["errors"].get(k, 0) for c in caps) for c in caps for k in c["errors"]}}
             over = asyncio.run(_open_loop(host, port, 2 * cap["req_per_s"], bodies, seconds * 2, timeout_s))
             over["capacity_per_s"] = cap["req_per_s"]
+            over["capacity_windows_per_s"] = [c["req_per_s"] for c in caps]
             over["capacity_errors"] = cap["errors"]
             over["goodput_share_of_capacity"] = round(over["goodput_per_s"] / cap["req_per_s"], 3)
             print(f"  overload round {r + 1}: capacity {cap['req_per_s']:.1f} req/s, goodput "

@@ -12,6 +12,12 @@ Admission runs before a request's body is read, at two depths:
   test client, h11): before routing, authentication or the body.
 
 Either way an admitted request leaves the gate when its answer is sent.
+
+A request's clock starts when it arrives, or earlier when it says so: an
+``X-Request-Start: t=<unix time>`` header (the convention of proxies and load balancers;
+seconds, milliseconds or microseconds) moves its start back to that time, so the time it
+waited upstream (in a proxy, in the client's queue, in the socket) counts against its
+deadline, for admission as for the work (:func:`arrival`).
 """
 
 from __future__ import annotations
@@ -153,6 +159,34 @@ class Gate:
                         limit="timeout_s", max=self.s.timeout_s)
 
 
+#: an upstream start older than this is taken for a clock error and ignored
+MAX_UPSTREAM_S = 3600.0
+
+
+def arrival(headers: Any) -> float:
+    """The request's start on the ``time.perf_counter()`` clock: now, or the time its
+    ``X-Request-Start: t=<unix time>`` header gives (seconds, or milliseconds or
+    microseconds as integers) when that is in the past by less than :data:`MAX_UPSTREAM_S`.
+    A malformed header or a start in the future is ignored (the arrival counts)."""
+    now = time.perf_counter()
+    for name, value in headers:
+        if name.lower() != b"x-request-start":
+            continue
+        raw = value.strip()
+        raw = raw[2:] if raw[:2].lower() == b"t=" else raw
+        try:
+            start = float(raw)
+        except ValueError:
+            return now
+        if start > 1e14:  # microseconds
+            start /= 1e6
+        elif start > 1e11:  # milliseconds
+            start /= 1e3
+        waited = time.time() - start
+        return now - waited if 0.0 < waited < MAX_UPSTREAM_S else now
+    return now
+
+
 #: the endpoints whose requests pass the admission gate
 ADMITTED_PATHS = frozenset({"/select", "/select/batch", "/answer"})
 #: where the admission layer leaves the request's arrival time in the ASGI scope's state
@@ -176,7 +210,7 @@ class AdmitFirst:
             return
         state = scope.setdefault("state", {})
         if T0_KEY not in state:  # not admitted by the server's protocol (GatedHttpToolsProtocol)
-            t0 = time.perf_counter()
+            t0 = arrival(scope.get("headers", ()))
             try:
                 self.gate.admit(t0)
             except ApiError as err:
@@ -235,7 +269,7 @@ def gated_protocol(gate: Gate, metrics: Metrics) -> type | None:
                     and not self.parser.should_upgrade() and not self._at_connection_limit()):
                 path = httptools.parse_url(self.url).path
                 if path in paths:
-                    t0 = time.perf_counter()
+                    t0 = arrival(self.headers)
                     try:
                         gate.admit(t0)
                     except ApiError as err:

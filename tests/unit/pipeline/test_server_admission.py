@@ -68,7 +68,7 @@ def test_admission_rejects_what_would_be_answered_too_late_and_counts_it(gate):
     assert g.metrics.dropped["admission"] == 1
 
 
-def _call(layer, path, method="POST"):
+def _call(layer, path, method="POST", headers=()):
     import asyncio
 
     sent, called = [], []
@@ -84,7 +84,7 @@ def _call(layer, path, method="POST"):
         sent.append(msg)
 
     layer.app = inner
-    asyncio.run(layer({"type": "http", "method": method, "path": path}, receive, send))
+    asyncio.run(layer({"type": "http", "method": method, "path": path, "headers": list(headers)}, receive, send))
     return sent, called
 
 
@@ -102,3 +102,27 @@ def test_the_admission_layer_answers_503_before_the_app_or_the_body(gate):
     assert g.metrics.counts["/select/batch"]["503"] == 1 and g.metrics.dropped["admission"] == 1
     sent, called = _call(layer, "/health", method="GET")  # health and metrics are never gated
     assert called and sent[0]["status"] == 200
+
+
+def test_an_upstream_start_counts_against_the_deadline(gate, monkeypatch):
+    g, clock = gate
+    epoch = 1.8e9
+    monkeypatch.setattr(serve_gate.time, "time", lambda: epoch)
+
+    def start(value):
+        return serve_gate.arrival([(b"content-type", b"application/json"), (b"X-Request-Start", value)])
+
+    assert start(f"t={epoch - 0.25}".encode()) == pytest.approx(clock.now - 0.25)  # seconds
+    assert start(str(int((epoch - 0.25) * 1e3)).encode()) == pytest.approx(clock.now - 0.25)  # milliseconds
+    assert start(f"t={int((epoch - 0.25) * 1e6)}".encode()) == pytest.approx(clock.now - 0.25)  # microseconds
+    for ignored in (b"t=soon", f"t={epoch + 5}".encode(), f"t={epoch - 7200}".encode()):
+        assert start(ignored) == clock.now  # malformed, in the future, or older than an hour
+    assert serve_gate.arrival([]) == clock.now
+
+    # admission weighs the time the request has left, upstream wait included
+    layer = serve_gate.AdmitFirst(None, g, g.metrics)
+    g.interval_s, g.admitted = 0.01, 1  # one ahead: answered in about 0.02 s
+    sent, called = _call(layer, "/select", headers=[(b"x-request-start", f"t={epoch - 0.7}".encode())])
+    assert sent[0]["status"] == 200 and called == [pytest.approx(clock.now - 0.7)]
+    sent, called = _call(layer, "/select", headers=[(b"x-request-start", f"t={epoch - 0.99}".encode())])
+    assert sent[0]["status"] == 503 and not called and g.metrics.dropped["admission"] == 1

@@ -5,7 +5,7 @@ Writes ``benchmarks/results/maxsim_cost.json`` and prints a table.
 
     python benchmarks/maxsim_cost.py [--calls 200] [--dataset nq]
 
-- Questions: the test and validation questions of a dataset's quick sample (grouped
+- Questions: the test and validation questions of a dataset's full-profile sample (grouped
   splits, K = 5 MiniLM candidates). Their candidates' token vectors are stored by the bulk
   job (:func:`chunksel.bulk.jobs.encode_tokens`, int8 codes, one Ray worker) before the
   clock starts; ``bytes_per_chunk`` is the stored size (codes and offsets) over those
@@ -64,6 +64,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset", default="nq")
     ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--limit", type=int, default=3000, help="questions sampled (the full profile's 3000)")
     args = ap.parse_args(argv)
     import torch
 
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
     from chunksel.retrieval.tokens import TokenShards, maxsim, token_vectors, unpack
     from chunksel.selectors import make_selector
 
-    built = build_instances(args.dataset, k=5, index="flat", limit=500, split="grouped", progress=False)
+    built = build_instances(args.dataset, k=5, index="flat", limit=args.limit, split="grouped", progress=False)
     insts = [i for i in built.instances if i.split in ("test", "val")][: args.calls + 3 * WARMUP]
     if len(insts) < args.calls + 3 * WARMUP:
         raise SystemExit(f"{args.dataset}: {len(insts)} questions, fewer than --calls + {3 * WARMUP}")

@@ -17,7 +17,10 @@ Writes ``benchmarks/results/maxsim_cost.json`` and prints a table.
   - ``raw text``: the question and the 5 chunks encoded by MiniLM;
   - ``vectors given``: the question encoded, the chunks' codes read from the shards
     (memory-mapped, the page cache cold for each chunk only the first time it is read);
-  - ``MaxSim alone``: the question's vectors given too (the arithmetic).
+  - ``MaxSim alone``: the question's vectors given too (the arithmetic);
+  - ``retriever's question pass`` and ``same pass with token vectors``
+    (``Encoder.encode`` against ``Encoder.encode_with_tokens`` on the question): what an
+    application that embeds the question for retrieval pays for its token vectors too.
 """
 
 from __future__ import annotations
@@ -113,6 +116,8 @@ def main(argv=None) -> int:
         ("vectors given", lambda i: given.score([i]), insts[WARMUP:2 * WARMUP]),
         ("MaxSim alone", lambda i: [maxsim(qvecs[i.id], unpack(c)) for c in shards.get([x.id for x in i.candidates])],
          insts[2 * WARMUP:3 * WARMUP]),
+        ("retriever's question pass", lambda i: encoder.encode([i.question.text], progress=False), insts[:WARMUP]),
+        ("same pass with token vectors", lambda i: encoder.encode_with_tokens([i.question.text]), insts[:WARMUP]),
     ):
         if name == "MaxSim alone":
             for i in warm:

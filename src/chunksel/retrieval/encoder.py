@@ -174,6 +174,24 @@ class Encoder:
         self.n_encoded += len(texts)
         return np.ascontiguousarray(emb, dtype=np.float32)
 
+    def encode_with_tokens(self, texts: Sequence[str], batch_size: int | None = None,
+                           ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One pass, both outputs: the embeddings of :meth:`encode` and the token vectors of
+        :func:`chunksel.retrieval.tokens.token_vectors` (so a retriever that embeds a
+        question gets its late-interaction vectors at no second pass)."""
+        from chunksel.retrieval.tokens import check_texts, unit_tokens
+
+        texts = check_texts(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32), []
+        out = self._load(False).encode(texts, output_value=None, batch_size=batch_size or self.batch_size,
+                                       show_progress_bar=False, normalize_embeddings=True)
+        self.n_encoded += len(texts)
+        emb = np.stack([o["sentence_embedding"].detach().float().cpu().numpy() for o in out])
+        # token embeddings come padded to the batch's longest text: keep the attended ones
+        toks = [unit_tokens(o["token_embeddings"][: int(o["attention_mask"].sum())]) for o in out]
+        return np.ascontiguousarray(emb, dtype=np.float32), toks
+
     def encode_questions(
         self, questions: Sequence[Question | str], progress: bool = True
     ) -> np.ndarray:

@@ -31,6 +31,23 @@ CODE_SCALE = 127.0
 BYTES_PER_TOKEN = 384
 
 
+def check_texts(texts: Sequence[str]) -> list[str]:
+    """``texts`` as a list; an empty or blank one is a :class:`DataError`."""
+    texts = list(texts)
+    for n, t in enumerate(texts):
+        if not isinstance(t, str) or not t.strip():
+            raise DataError(f"text #{n} is empty: MaxSim needs a question and chunks with words")
+    return texts
+
+
+def unit_tokens(t: Any) -> np.ndarray:
+    """One text's token embeddings (a tensor) -> float16 unit vectors, [CLS] and [SEP] dropped."""
+    x = t.detach().float().cpu().numpy()
+    x = x[1:-1] if len(x) > 2 else x
+    x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    return x.astype(np.float16)
+
+
 def token_vectors(encoder: Any, texts: Sequence[str], batch_size: int | None = None) -> list[np.ndarray]:
     """Per text: its ``(tokens, dim)`` float16 unit token vectors (special tokens dropped;
     at most the encoder's ``max_seq_length`` tokens).
@@ -39,22 +56,13 @@ def token_vectors(encoder: Any, texts: Sequence[str], batch_size: int | None = N
         encoder: a :class:`chunksel.retrieval.encoder.Encoder`.
         texts: the texts; an empty or blank one is a :class:`DataError`.
     """
-    texts = list(texts)
-    for n, t in enumerate(texts):
-        if not isinstance(t, str) or not t.strip():
-            raise DataError(f"text #{n} is empty: MaxSim needs a question and chunks with words")
+    texts = check_texts(texts)
     if not texts:
         return []
     out = encoder.model.encode(texts, output_value="token_embeddings", batch_size=batch_size or encoder.batch_size,
                                show_progress_bar=False, convert_to_numpy=False)
-    vecs = []
-    for t in out:
-        x = t.detach().float().cpu().numpy()
-        x = x[1:-1] if len(x) > 2 else x  # drop [CLS] and [SEP]
-        x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-        vecs.append(x.astype(np.float16))
     encoder.n_encoded += len(texts)
-    return vecs
+    return [unit_tokens(t) for t in out]
 
 
 def pack(vectors: np.ndarray) -> np.ndarray:

@@ -104,3 +104,16 @@ def test_kept_token_vectors_give_the_same_scores_and_encode_only_the_question(tm
     assert np.array_equal(sel.score([_instance(texts)]), ref) and sel.encoder().n_encoded == 2
     with pytest.raises(ConfigError, match="neither 'memory'"):
         make_selector("maxsim", tokens=str(tmp_path / "missing-folder")).score([_instance(texts)])
+
+
+def test_one_encoder_pass_gives_the_embedding_and_the_token_vectors():
+    from chunksel.retrieval.encoder import Encoder
+
+    enc = Encoder()
+    texts = ["who wrote hamlet?", "Hamlet is a tragedy written by William Shakespeare."]
+    emb, toks = enc.encode_with_tokens(texts)
+    np.testing.assert_allclose(emb, enc.encode(texts, progress=False), atol=1e-5)
+    for a, b in zip(toks, token_vectors(enc, texts), strict=True):
+        assert a.shape == b.shape and np.abs(a.astype(np.float32) - b.astype(np.float32)).max() < 2e-3
+    with pytest.raises(DataError, match="text #0 is empty"):
+        enc.encode_with_tokens([""])

@@ -58,7 +58,7 @@ class EmbeddingCache:
         self.misses = 0
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = _open_db(self.path)
+            self._db = open_cache_db(self.path)
 
     def __len__(self) -> int:
         return len(self._mem)
@@ -113,8 +113,10 @@ class EmbeddingCache:
                 "disk": self.path is not None}
 
 
-def _open_db(path: Path, wait_s: float = 30.0) -> sqlite3.Connection:
-    """Open (or create) the SQLite tier in WAL mode. Several server workers open one file
+def open_cache_db(path: Path, wait_s: float = 30.0) -> sqlite3.Connection:
+    """Open (or create) a chunk cache's SQLite file in WAL mode, with its tables:
+    ``emb`` (embeddings), ``tok`` (token vectors) and ``score`` (pair scores, e.g.
+    MaxSim's, :mod:`chunksel.selectors.late_features`). Several server workers open one file
     at once, and switching a new file to WAL answers "database is locked" at once
     instead of waiting on the busy timeout: the set-up is retried until ``wait_s``."""
     give_up = time.monotonic() + wait_s
@@ -127,6 +129,7 @@ def _open_db(path: Path, wait_s: float = 30.0) -> sqlite3.Connection:
                 db.execute("PRAGMA journal_mode=WAL")
             db.execute("CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, dim INTEGER, vec BLOB)")
             db.execute("CREATE TABLE IF NOT EXISTS tok (key TEXT PRIMARY KEY, n INTEGER, dim INTEGER, codes BLOB)")
+            db.execute("CREATE TABLE IF NOT EXISTS score (key TEXT PRIMARY KEY, value REAL)")
             db.commit()
             return db
         except sqlite3.OperationalError as err:
@@ -184,7 +187,7 @@ class TokenCache:
         self.misses = 0
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = _open_db(self.path)
+            self._db = open_cache_db(self.path)
 
     def __len__(self) -> int:
         return len(self._mem)

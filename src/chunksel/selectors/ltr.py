@@ -12,7 +12,9 @@
   (``model.txt``). Trees are scale-invariant, so no feature scaling.
 
 Both train only on instances with at least one positive and one negative candidate;
-labels come from the label spec ``label`` (default: each instance's own).
+labels come from the label spec ``label`` (default: each instance's own). With
+``late=True`` both read three late-interaction columns after the twelve LETOR ones
+(MaxSim over MiniLM's token vectors, :mod:`.late_features`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 
 from chunksel.errors import DataError, require
 from chunksel.selectors.base import QuestionFeatures, Selector
+from chunksel.selectors.late_features import feature_names, late_features
 from chunksel.selectors.letor import FEATURE_NAMES, letor_features
 from chunksel.types import Instance
 
@@ -100,8 +103,23 @@ class _LetorSelector(Selector):
     requires_fit = True
     query_cost = "bm25"
 
+    late: bool = False
+    tokens: str | None = None
+
     def _features(self, batch: Sequence[Instance], progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        return letor_features(batch, self.corpus, self.k1, self.b, progress=progress and self.progress)
+        x, mask = letor_features(batch, self.corpus, self.k1, self.b, progress=progress and self.progress)
+        if self.late:
+            x = np.concatenate([x, late_features(batch, self.tokens, progress=progress and self.progress)], axis=2)
+        return x, mask
+
+    def feature_names(self) -> tuple[str, ...]:
+        """The names of the columns it reads."""
+        return feature_names(FEATURE_NAMES, self.late)
+
+    def _check_names(self, path: Path, state: dict[str, Any]) -> None:
+        if state.get("feature_names") != list(self.feature_names()):
+            raise DataError(f"{path}: saved with a different feature set ({len(state.get('feature_names') or [])} "
+                            f"columns; this build reads {len(self.feature_names())})")
 
     def _train_set(self, train: Sequence[Instance]) -> list[Instance]:
         kept = _contested(train, self.label)
@@ -122,6 +140,8 @@ class RankSVMSelector(_LetorSelector):
         label: label spec for training (None = each instance's default).
         seed: LinearSVC's random state.
         max_iter: LinearSVC iteration cap.
+        late: add the three late-interaction columns (MaxSim, :mod:`.late_features`).
+        tokens: where the chunks' token vectors are kept (as the ``maxsim`` selector's).
         progress: show progress bars (feature extraction, corpus statistics).
     """
 
@@ -139,9 +159,13 @@ class RankSVMSelector(_LetorSelector):
         label: str | None = None,
         seed: int = 0,
         max_iter: int = 10000,
+        late: bool = False,
+        tokens: str | None = None,
         progress: bool = True,
     ) -> None:
         self.corpus = corpus
+        self.late = late
+        self.tokens = tokens
         self.C = C
         self.k1 = k1
         self.b = b
@@ -189,7 +213,7 @@ class RankSVMSelector(_LetorSelector):
     def n_parameters(self) -> int:
         """Trainable parameters: the weight vector (one per feature; no intercept)."""
         self._check_fitted()
-        return len(FEATURE_NAMES)
+        return len(self.coef_)
 
     def _score(self, batch: Sequence[Instance], features: QuestionFeatures | None, k: int) -> np.ndarray:
         x, _ = self._features(batch)
@@ -197,7 +221,7 @@ class RankSVMSelector(_LetorSelector):
 
     def _state_config(self) -> dict[str, Any]:
         return {
-            "feature_names": list(FEATURE_NAMES),
+            "feature_names": list(self.feature_names()),
             "coef": self.coef_.tolist(),
             "mean": self.mean_.tolist(),
             "scale": self.scale_.tolist(),
@@ -205,8 +229,7 @@ class RankSVMSelector(_LetorSelector):
         }
 
     def _load_state(self, path: Path, state: dict[str, Any]) -> None:
-        if state.get("feature_names") != list(FEATURE_NAMES):
-            raise DataError(f"{path}: saved with a different LETOR feature set")
+        self._check_names(path, state)
         self.coef_ = np.asarray(state["coef"], dtype=np.float64)
         self.mean_ = np.asarray(state["mean"], dtype=np.float64)
         self.scale_ = np.asarray(state["scale"], dtype=np.float64)
@@ -226,6 +249,8 @@ class LambdaMARTSelector(_LetorSelector):
         label: label spec for training (None = each instance's default).
         seed: LightGBM's random state.
         n_jobs: LightGBM threads.
+        late: add the three late-interaction columns (MaxSim, :mod:`.late_features`).
+        tokens: where the chunks' token vectors are kept (as the ``maxsim`` selector's).
         progress: show progress bars (feature extraction, corpus statistics).
     """
 
@@ -247,9 +272,13 @@ class LambdaMARTSelector(_LetorSelector):
         label: str | None = None,
         seed: int = 0,
         n_jobs: int = 1,
+        late: bool = False,
+        tokens: str | None = None,
         progress: bool = True,
     ) -> None:
         self.corpus = corpus
+        self.late = late
+        self.tokens = tokens
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
         self.num_leaves = num_leaves
@@ -282,6 +311,7 @@ class LambdaMARTSelector(_LetorSelector):
             x, y, groups, valid, n_estimators=self.n_estimators, learning_rate=self.learning_rate,
             num_leaves=self.num_leaves, min_child_samples=self.min_child_samples,
             early_stopping_rounds=self.early_stopping_rounds, seed=self.seed, n_jobs=self.n_jobs,
+            feature_names=self.feature_names(),
         )
         self.fitted_ = True
         return self
@@ -299,13 +329,12 @@ class LambdaMARTSelector(_LetorSelector):
         return out
 
     def _state_config(self) -> dict[str, Any]:
-        return {"feature_names": list(FEATURE_NAMES), "num_trees": self.booster_.num_trees()}
+        return {"feature_names": list(self.feature_names()), "num_trees": self.booster_.num_trees()}
 
     def _save_state(self, path: Path) -> None:
         self.booster_.save_model(str(path / "model.txt"))
 
     def _load_state(self, path: Path, state: dict[str, Any]) -> None:
-        if state.get("feature_names") != list(FEATURE_NAMES):
-            raise DataError(f"{path}: saved with a different LETOR feature set")
+        self._check_names(path, state)
         self.booster_ = load_booster(path / "model.txt")
 

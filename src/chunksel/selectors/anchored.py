@@ -96,6 +96,8 @@ class AnchoredPrototypeSelector(Selector):
         select_on: model selection on validation, "accuracy" or "loss" (both never return
             a model below retrieval order on validation; see :mod:`chunksel.training.anchored`).
         corpus, k1, b: the BM25 / TF-IDF statistics of the LETOR features (as LambdaMART's).
+        late: the late-interaction columns (MaxSim, :mod:`.late_features`) join the LETOR
+            features of the ``letor`` block and of the internal LambdaMART.
         ltr_folds: folds of the cross-fitted LambdaMART scores of the training instances
             (block ``lambdamart``).
         members: scorers trained from seeds ``seed * members + j`` and averaged (one
@@ -104,8 +106,8 @@ class AnchoredPrototypeSelector(Selector):
             above on validation: ``"auto"`` (the default: ``"lambdamart"`` with the
             ``lambdamart`` block, else ``"retrieval"``; chosen on validation,
             ``docs/decisions/anchored-lambdamart-anchor.md``), ``"retrieval"`` (the
-            retriever's order) or ``"lambdamart"``
-            (the internal LambdaMART's order, block ``lambdamart``: each instance's
+            retriever's order) or ``"lambdamart"`` (the internal LambdaMART's order, block
+            ``lambdamart``: each instance's
             candidates are handed to the scorer sorted by its score - the cross-fitted one
             on the training split - and the scores mapped back to the input order; the
             ONNX graph takes them in that order, :meth:`graph_inputs` gives ``order``).
@@ -147,6 +149,7 @@ class AnchoredPrototypeSelector(Selector):
         corpus: str | None = None,
         k1: float = 1.5,
         b: float = 0.75,
+        late: bool = False,
         ltr_folds: int = 5,
         members: int = 3,
         anchor: str = "auto",
@@ -177,7 +180,7 @@ class AnchoredPrototypeSelector(Selector):
         self.select_on = select_on
         self.corpus = corpus
         self.k1 = k1
-        self.b = b
+        self.b, self.late = b, late
         self.ltr_folds = ltr_folds
         self.members = members
         self.anchor = anchor
@@ -234,12 +237,8 @@ class AnchoredPrototypeSelector(Selector):
         return frozenset(out)
 
     def _letor(self, batch: Sequence[Instance]) -> np.ndarray:
-        """(B, K, 12) LETOR features (0 at padding)."""
-        return letor_block(batch, self.corpus, self.k1, self.b, self._k_of(batch))
-
-    def _ltr_scores(self, lf: np.ndarray, m: np.ndarray) -> np.ndarray:
-        """(B, K) scores of the internal LambdaMART (0 at padding)."""
-        return ltr_scores(self.ltr_, lf, m)
+        """(B, K, 12) LETOR features, 15 with ``late`` (0 at padding)."""
+        return letor_block(batch, self.corpus, self.k1, self.b, self._k_of(batch), self.late)
 
     def _fit_ltr(self, train: Sequence[Instance], val: Sequence[Instance] | None) -> np.ndarray:
         """Train the internal LambdaMART into ``self.ltr_``; the training split's cross-fitted
@@ -325,7 +324,7 @@ class AnchoredPrototypeSelector(Selector):
         if self._has_phi:
             lf = self._letor(batch)
             if "lambdamart" in self.blocks and ltr is None:
-                ltr = self._ltr_scores(lf, m)
+                ltr = ltr_scores(self.ltr_, lf, m)
             phi = interaction_features(self.blocks, q, e, m, lf, ltr)
         y = None
         if labels:

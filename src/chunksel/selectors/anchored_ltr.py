@@ -15,12 +15,17 @@ from chunksel.errors import DataError
 from chunksel.types import Instance
 
 
-def letor_block(batch: Sequence[Instance], corpus: str | None, k1: float, b: float, k: int) -> np.ndarray:
-    """(B, K, 12) LETOR features (0 at padding)."""
+def letor_block(batch: Sequence[Instance], corpus: str | None, k1: float, b: float, k: int,
+                late: bool = False) -> np.ndarray:
+    """(B, K, 12) LETOR features, with ``late`` (B, K, 15): the late-interaction columns
+    after them (:mod:`.late_features`); 0 at padding."""
+    from chunksel.selectors.late_features import LATE_NAMES, late_features
     from chunksel.selectors.letor import FEATURE_NAMES, letor_features
 
     lf, _ = letor_features(batch, corpus, k1, b)
-    out = np.zeros((len(batch), k, len(FEATURE_NAMES)), dtype=np.float64)
+    if late:
+        lf = np.concatenate([lf, late_features(batch)], axis=2)
+    out = np.zeros((len(batch), k, len(FEATURE_NAMES) + (len(LATE_NAMES) if late else 0)), dtype=np.float64)
     out[:, : min(lf.shape[1], k)] = lf[:, :k]
     return out
 
@@ -68,6 +73,8 @@ def fit_internal_lambdamart(
     on the other folds' contested instances. ``rows_of(batch)`` gives a batch's (B, K, 12)
     LETOR features and (B, K) real-candidate mask; ``label`` is the label spec, ``k`` the
     candidates per instance, ``seed`` seeds the rankers and the folds."""
+    from chunksel.selectors.late_features import LATE_NAMES
+    from chunksel.selectors.letor import FEATURE_NAMES
     from chunksel.selectors.ltr import LambdaMARTSelector, train_lambdarank
 
     defaults = LambdaMARTSelector()
@@ -91,6 +98,7 @@ def fit_internal_lambdamart(
             *data, valid, n_estimators=defaults.n_estimators, learning_rate=defaults.learning_rate,
             num_leaves=defaults.num_leaves, min_child_samples=defaults.min_child_samples,
             early_stopping_rounds=defaults.early_stopping_rounds, seed=seed, n_jobs=1,
+            feature_names=[*FEATURE_NAMES, *LATE_NAMES][: data[0].shape[1]],  # 12, or 15 with late
         )
 
     train = list(train)

@@ -13,6 +13,7 @@ from chunksel.errors import ConfigError, DataError
 from chunksel.features.base import InMemoryFeatures
 from chunksel.nn.anchored import AnchoredEnsemble, AnchoredScorer
 from chunksel.selectors import load_selector, make_selector
+from chunksel.selectors.anchored_ltr import ltr_scores
 from chunksel.selectors.base import rank_order
 from chunksel.types import Instance, label_matrix
 
@@ -309,7 +310,7 @@ def test_lambdamart_anchor_untrained_ranks_as_lambdamart_and_scores_come_back_in
                         max_epochs=2, **SMALL)
     sel.fit(train, None, val)
     lf, (_, _, m) = sel._letor(inst), sel._embeddings(inst)
-    ltr = np.where(m, sel._ltr_scores(lf, m), -np.inf)
+    ltr = np.where(m, ltr_scores(sel.ltr_, lf, m), -np.inf)
     untrained = AnchoredScorer(sel.model_.members[0].x_dim, sel.model_.members[0].phi_dim,
                                sel.emb_dim_, 16, 2, 8, 2, 0.3, 0.1)
     sel.model_ = untrained.eval()

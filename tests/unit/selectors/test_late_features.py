@@ -91,3 +91,40 @@ def test_rankers_read_fifteen_columns_and_keep_them_when_saved(name, corpus, tmp
     (tmp_path / "m" / "config.json").write_text(cfg)
     with pytest.raises(DataError, match="different feature set"):
         load_selector(tmp_path / "m")
+
+
+def test_the_flagship_reads_the_late_columns_in_its_letor_block_and_its_lambdamart(corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path / "cache"))
+    from chunksel.selectors.anchored_ltr import letor_block
+
+    batch = _instances("f")
+    lf = letor_block(batch, corpus, 1.5, 0.75, 2, late=True)
+    assert lf.shape == (len(FACTS), 2, len(FEATURE_NAMES) + 3)
+    np.testing.assert_array_equal(lf[:, :, len(FEATURE_NAMES):], late_features(batch))
+    np.testing.assert_array_equal(lf[:, :, : len(FEATURE_NAMES)], letor_block(batch, corpus, 1.5, 0.75, 2))
+    from chunksel.retrieval.encoder import Encoder
+
+    enc = Encoder()
+
+    def embedded(insts):
+        for inst in insts:
+            vecs = enc.encode([inst.question.text] + [c.text for c in inst.candidates], progress=False)
+            inst.question.embedding = vecs[0]
+            for c, v in zip(inst.candidates, vecs[1:], strict=True):
+                c.embedding = v
+        return insts
+
+    sel = make_selector("anchored", blocks="q+chunk+letor+lambdamart", k=2, corpus=corpus, late=True, members=1,
+                        max_epochs=2, ltr_folds=2, progress=False)
+    sel.fit(embedded(_instances("c") + _instances("g", flip=True)), None,
+            embedded(_instances("d", flip=True, split="val")))
+    assert sel.ltr_.num_feature() == len(FEATURE_NAMES) + 3
+    assert sel.ltr_.feature_name()[-3:] == list(LATE_NAMES)
+    test = embedded(_instances("e", flip=True, split="test"))
+    sel.save(tmp_path / "a")
+    again = load_selector(tmp_path / "a")
+    assert again.late and np.array_equal(again.score(test), sel.score(test))
+    # the ONNX graph takes the wider interaction features as they come
+    pytest.importorskip("onnxruntime")
+    again.engine = "onnxruntime"
+    np.testing.assert_allclose(again.score(test), sel.score(test), atol=1e-4)

@@ -34,21 +34,16 @@ def cache_key(text: str, encoder_id: str) -> str:
     return hashlib.sha256(encoder_id.encode() + b"\0" + text.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
-class EmbeddingCache:
-    """Bounded in-memory LRU of embeddings, optionally backed by a SQLite file.
+class _Tiered:
+    """A bounded in-memory LRU of arrays by key, optionally backed by one table of a SQLite
+    file; subclasses say how a row is read (``_SELECT``, :meth:`_decode`) and written."""
 
-    Args:
-        max_items: vectors kept in memory (MiniLM: 1.5 KB each); the least recently used
-            go first.
-        path: a SQLite file for a persistent tier (created if absent); ``None`` = memory only.
+    _WHAT = "cache"
+    _SELECT = ""
 
-    Attributes:
-        hits, misses: lookups answered and not answered (memory or disk).
-    """
-
-    def __init__(self, max_items: int = 20_000, path: str | Path | None = None) -> None:
+    def __init__(self, max_items: int, path: str | Path | None) -> None:
         if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 0:
-            raise ConfigError(f"embedding cache max_items must be a whole number >= 0, got {max_items!r}")
+            raise ConfigError(f"{self._WHAT} max_items must be a whole number >= 0, got {max_items!r}")
         self.max_items = max_items
         self.path = None if path is None else Path(path).expanduser()
         self._mem: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -63,36 +58,34 @@ class EmbeddingCache:
     def __len__(self) -> int:
         return len(self._mem)
 
+    def _decode(self, row: tuple) -> np.ndarray:
+        raise NotImplementedError
+
     def get_many(self, keys: Sequence[str]) -> list[np.ndarray | None]:
-        """The cached vector of each key (``None`` where absent)."""
+        """The cached array of each key (``None`` where absent)."""
         out: list[np.ndarray | None] = []
         with self._lock:
             for k in keys:
                 v = self._mem.get(k)
                 if v is not None:
                     self._mem.move_to_end(k)
-                out.append(v)
-            missing = [i for i, v in enumerate(out) if v is None]
-            if missing and self._db is not None:
-                for i in missing:
-                    row = self._db.execute("SELECT dim, vec FROM emb WHERE key = ?", (keys[i],)).fetchone()
+                elif self._db is not None:
+                    row = self._db.execute(self._SELECT, (k,)).fetchone()
                     if row is not None:
-                        out[i] = np.frombuffer(row[1], dtype=np.float32, count=row[0]).copy()
-                        self._remember(keys[i], out[i])
+                        v = self._decode(row)
+                        self._remember(k, v)
+                out.append(v)
             found = sum(v is not None for v in out)
             self.hits += found
             self.misses += len(out) - found
         return out
 
-    def put_many(self, keys: Sequence[str], vectors: np.ndarray) -> None:
-        """Store one vector per key (float32 copies)."""
-        vectors = np.asarray(vectors, dtype=np.float32)
+    def _put(self, keys: Sequence[str], values: Sequence[np.ndarray], insert: str, rows: list[tuple]) -> None:
         with self._lock:
-            for k, v in zip(keys, vectors, strict=True):
-                self._remember(k, v.copy())
+            for k, v in zip(keys, values, strict=True):
+                self._remember(k, v)
             if self._db is not None:
-                self._db.executemany("INSERT OR REPLACE INTO emb (key, dim, vec) VALUES (?, ?, ?)",
-                                     [(k, int(v.shape[0]), v.tobytes()) for k, v in zip(keys, vectors, strict=True)])
+                self._db.executemany(insert, rows)
                 self._db.commit()
 
     def _remember(self, key: str, vec: np.ndarray) -> None:
@@ -111,6 +104,34 @@ class EmbeddingCache:
     def stats(self) -> dict[str, Any]:
         return {"items": len(self._mem), "max_items": self.max_items, "hits": self.hits, "misses": self.misses,
                 "disk": self.path is not None}
+
+
+class EmbeddingCache(_Tiered):
+    """Bounded in-memory LRU of embeddings, optionally backed by a SQLite file.
+
+    Args:
+        max_items: vectors kept in memory (MiniLM: 1.5 KB each); the least recently used
+            go first.
+        path: a SQLite file for a persistent tier (created if absent); ``None`` = memory only.
+
+    Attributes:
+        hits, misses: lookups answered and not answered (memory or disk).
+    """
+
+    _WHAT = "embedding cache"
+    _SELECT = "SELECT dim, vec FROM emb WHERE key = ?"
+
+    def __init__(self, max_items: int = 20_000, path: str | Path | None = None) -> None:
+        super().__init__(max_items, path)
+
+    def _decode(self, row: tuple) -> np.ndarray:
+        return np.frombuffer(row[1], dtype=np.float32, count=row[0]).copy()
+
+    def put_many(self, keys: Sequence[str], vectors: np.ndarray) -> None:
+        """Store one vector per key (float32 copies)."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        self._put(keys, [v.copy() for v in vectors], "INSERT OR REPLACE INTO emb (key, dim, vec) VALUES (?, ?, ?)",
+                  [(k, int(v.shape[0]), v.tobytes()) for k, v in zip(keys, vectors, strict=True)])
 
 
 def open_cache_db(path: Path, wait_s: float = 30.0) -> sqlite3.Connection:
@@ -166,7 +187,7 @@ def encode_cached(encode: Callable[[list[str]], np.ndarray], texts: Sequence[str
     return np.stack(got).astype(np.float32, copy=False)
 
 
-class TokenCache:
+class TokenCache(_Tiered):
     """Bounded in-memory LRU of chunks' stored token vectors (int8 codes), optionally
     backed by the ``tok`` table of a SQLite file (the embedding cache's file can be shared).
 
@@ -175,40 +196,14 @@ class TokenCache:
         path: a SQLite file for a persistent tier; ``None`` = memory only.
     """
 
+    _WHAT = "token cache"
+    _SELECT = "SELECT n, dim, codes FROM tok WHERE key = ?"
+
     def __init__(self, max_items: int = 2_000, path: str | Path | None = None) -> None:
-        if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 0:
-            raise ConfigError(f"token cache max_items must be a whole number >= 0, got {max_items!r}")
-        self.max_items = max_items
-        self.path = None if path is None else Path(path).expanduser()
-        self._mem: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
-        self.hits = 0
-        self.misses = 0
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = open_cache_db(self.path)
+        super().__init__(max_items, path)
 
-    def __len__(self) -> int:
-        return len(self._mem)
-
-    def get_many(self, keys: Sequence[str]) -> list[np.ndarray | None]:
-        """The cached codes of each key (``None`` where absent)."""
-        out: list[np.ndarray | None] = []
-        with self._lock:
-            for k in keys:
-                v = self._mem.get(k)
-                if v is None and self._db is not None:
-                    row = self._db.execute("SELECT n, dim, codes FROM tok WHERE key = ?", (k,)).fetchone()
-                    if row is not None:
-                        v = np.frombuffer(row[2], dtype=np.int8, count=row[0] * row[1]).reshape(row[0], row[1])
-                if v is not None:
-                    self._remember(k, v)
-                out.append(v)
-            found = sum(v is not None for v in out)
-            self.hits += found
-            self.misses += len(out) - found
-        return out
+    def _decode(self, row: tuple) -> np.ndarray:
+        return np.frombuffer(row[2], dtype=np.int8, count=row[0] * row[1]).reshape(row[0], row[1])
 
     def put_many(self, keys: Sequence[str], codes: Sequence[np.ndarray]) -> None:
         """Store one chunk's int8 codes per key."""
@@ -216,25 +211,8 @@ class TokenCache:
         for c in codes:
             if c.dtype != np.int8 or c.ndim != 2:
                 raise ConfigError(f"the token cache stores (tokens, dim) int8 codes, got {c.dtype} {c.shape}")
-        with self._lock:
-            for k, c in zip(keys, codes, strict=True):
-                self._remember(k, c)
-            if self._db is not None:
-                self._db.executemany("INSERT OR REPLACE INTO tok (key, n, dim, codes) VALUES (?, ?, ?, ?)",
-                                     [(k, c.shape[0], c.shape[1], c.tobytes()) for k, c in zip(keys, codes, strict=True)])
-                self._db.commit()
-
-    def _remember(self, key: str, codes: np.ndarray) -> None:
-        if self.max_items == 0:
-            return
-        self._mem[key] = codes
-        self._mem.move_to_end(key)
-        while len(self._mem) > self.max_items:
-            self._mem.popitem(last=False)
-
-    def stats(self) -> dict[str, Any]:
-        return {"items": len(self._mem), "max_items": self.max_items, "hits": self.hits, "misses": self.misses,
-                "disk": self.path is not None}
+        self._put(keys, codes, "INSERT OR REPLACE INTO tok (key, n, dim, codes) VALUES (?, ?, ?, ?)",
+                  [(k, c.shape[0], c.shape[1], c.tobytes()) for k, c in zip(keys, codes, strict=True)])
 
 
 def tokens_cached(encoder: Any, texts: Sequence[str], cache: TokenCache | None) -> list[np.ndarray]:

@@ -117,3 +117,19 @@ def test_one_encoder_pass_gives_the_embedding_and_the_token_vectors():
         assert a.shape == b.shape and np.abs(a.astype(np.float32) - b.astype(np.float32)).max() < 2e-3
     with pytest.raises(DataError, match="text #0 is empty"):
         enc.encode_with_tokens([""])
+
+
+def test_the_token_cache_keeps_int8_codes_only(tmp_path):
+    from chunksel.errors import ConfigError
+    from chunksel.retrieval.chunk_cache import TokenCache
+
+    cache = TokenCache(max_items=1, path=tmp_path / "c.sqlite")
+    a, b = np.ones((3, 384), dtype=np.int8), np.full((2, 384), -5, dtype=np.int8)
+    cache.put_many(["a", "b"], [a, b])
+    assert len(cache) == 1  # the memory tier keeps one; the file keeps both
+    got = TokenCache(path=tmp_path / "c.sqlite").get_many(["a", "b", "c"])
+    assert np.array_equal(got[0], a) and np.array_equal(got[1], b) and got[2] is None
+    with pytest.raises(ConfigError, match="int8 codes"):
+        cache.put_many(["x"], [np.ones((2, 384), dtype=np.float16)])
+    with pytest.raises(ConfigError, match="token cache max_items"):
+        TokenCache(max_items=-1)

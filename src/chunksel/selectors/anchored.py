@@ -96,8 +96,8 @@ class AnchoredPrototypeSelector(Selector):
         select_on: model selection on validation, "accuracy" or "loss" (both never return
             a model below retrieval order on validation; see :mod:`chunksel.training.anchored`).
         corpus, k1, b: the BM25 / TF-IDF statistics of the LETOR features (as LambdaMART's).
-        late: the late-interaction columns (MaxSim, :mod:`.late_features`) join the LETOR
-            features of the ``letor`` block and of the internal LambdaMART.
+        late, tokens: MaxSim's columns (:mod:`.late_features`) join the LETOR features of the
+            ``letor`` block and the internal LambdaMART; ``tokens`` as the ``maxsim`` selector's.
         ltr_folds: folds of the cross-fitted LambdaMART scores of the training instances
             (block ``lambdamart``).
         members: scorers trained from seeds ``seed * members + j`` and averaged (one
@@ -150,6 +150,7 @@ class AnchoredPrototypeSelector(Selector):
         k1: float = 1.5,
         b: float = 0.75,
         late: bool = False,
+        tokens: str | None = None,
         ltr_folds: int = 5,
         members: int = 3,
         anchor: str = "auto",
@@ -180,7 +181,7 @@ class AnchoredPrototypeSelector(Selector):
         self.select_on = select_on
         self.corpus = corpus
         self.k1 = k1
-        self.b, self.late = b, late
+        self.b, self.late, self.tokens = b, late, tokens
         self.ltr_folds = ltr_folds
         self.members = members
         self.anchor = anchor
@@ -238,7 +239,7 @@ class AnchoredPrototypeSelector(Selector):
 
     def _letor(self, batch: Sequence[Instance]) -> np.ndarray:
         """(B, K, 12) LETOR features, 15 with ``late`` (0 at padding)."""
-        return letor_block(batch, self.corpus, self.k1, self.b, self._k_of(batch), self.late)
+        return letor_block(batch, self.corpus, self.k1, self.b, self._k_of(batch), self.late, self.tokens)
 
     def _fit_ltr(self, train: Sequence[Instance], val: Sequence[Instance] | None) -> np.ndarray:
         """Train the internal LambdaMART into ``self.ltr_``; the training split's cross-fitted

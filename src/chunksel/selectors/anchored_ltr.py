@@ -16,15 +16,16 @@ from chunksel.types import Instance
 
 
 def letor_block(batch: Sequence[Instance], corpus: str | None, k1: float, b: float, k: int,
-                late: bool = False) -> np.ndarray:
+                late: bool = False, tokens: str | None = None) -> np.ndarray:
     """(B, K, 12) LETOR features, with ``late`` (B, K, 15): the late-interaction columns
-    after them (:mod:`.late_features`); 0 at padding."""
+    after them (:mod:`.late_features`; the chunks' token vectors from ``tokens``); 0 at
+    padding."""
     from chunksel.selectors.late_features import LATE_NAMES, late_features
     from chunksel.selectors.letor import FEATURE_NAMES, letor_features
 
     lf, _ = letor_features(batch, corpus, k1, b)
     if late:
-        lf = np.concatenate([lf, late_features(batch)], axis=2)
+        lf = np.concatenate([lf, late_features(batch, tokens)], axis=2)
     out = np.zeros((len(batch), k, len(FEATURE_NAMES) + (len(LATE_NAMES) if late else 0)), dtype=np.float64)
     out[:, : min(lf.shape[1], k)] = lf[:, :k]
     return out

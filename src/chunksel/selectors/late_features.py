@@ -79,33 +79,36 @@ def _keys(sel: Any, inst: Instance) -> list[str]:
 
 def maxsim_scores(batch: Sequence[Instance], tokens: str | None = None, progress: bool = False) -> np.ndarray:
     """(B, K) MaxSim of every candidate (-inf at padding), from the score cache where it
-    holds them; the rest computed (``BATCH`` instances a call) and stored."""
+    holds them; the rest computed (``BATCH`` instances a call) and stored. Inside
+    :func:`~chunksel.selectors.letor.memo_off` (a cost measurement, the application path)
+    the cache is neither read nor written: every score is computed."""
     from tqdm.auto import tqdm
 
+    from chunksel.selectors.letor import MEMO_ENABLED
+
     sel = scorer(tokens)
-    db = _db()
     k = max((len(i.candidates) for i in batch), default=0)
     out = np.full((len(batch), k), -np.inf)
-    keys = [_keys(sel, inst) for inst in batch]
-    todo = []
-    for b, ks in enumerate(keys):
-        got = dict(db.execute(f"SELECT key, value FROM score WHERE key IN ({','.join('?' * len(ks))})", ks).fetchall())
-        if len(got) == len(ks):
-            out[b, : len(ks)] = [got[x] for x in ks]
-        else:
-            todo.append(b)
+    db, keys, todo = None, [], list(range(len(batch)))
+    if MEMO_ENABLED.get():
+        db, keys, todo = _db(), [_keys(sel, inst) for inst in batch], []
+        for b, ks in enumerate(keys):
+            got = dict(db.execute(f"SELECT key, value FROM score WHERE key IN ({','.join('?' * len(ks))})",
+                                  ks).fetchall())
+            if len(got) == len(ks):
+                out[b, : len(ks)] = [got[x] for x in ks]
+            else:
+                todo.append(b)
     starts = range(0, len(todo), BATCH)
     for start in tqdm(starts, desc="maxsim features", disable=not (show_progress(progress) and len(todo) > BATCH)):
         part = todo[start:start + BATCH]
-        scores = sel.score([batch[b] for b in part])
-        rows = []
-        for b, row in zip(part, scores, strict=True):
-            n = len(batch[b].candidates)
-            out[b, :n] = row[:n]
-            rows += [(key, float(v)) for key, v in zip(keys[b], row[:n], strict=True)]
-        with _LOCK:
-            db.executemany("INSERT OR REPLACE INTO score (key, value) VALUES (?, ?)", rows)
-            db.commit()  # every finished call is kept: an interrupted extraction resumes here
+        for b, row in zip(part, sel.score([batch[b] for b in part]), strict=True):
+            out[b, : len(batch[b].candidates)] = row[: len(batch[b].candidates)]
+        if db is not None:
+            rows = [(key, float(v)) for b in part for key, v in zip(keys[b], out[b, : len(keys[b])], strict=True)]
+            with _LOCK:
+                db.executemany("INSERT OR REPLACE INTO score (key, value) VALUES (?, ?)", rows)
+                db.commit()  # every finished call is kept: an interrupted extraction resumes here
     return out
 
 

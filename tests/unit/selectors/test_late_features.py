@@ -128,3 +128,19 @@ def test_the_flagship_reads_the_late_columns_in_its_letor_block_and_its_lambdama
     pytest.importorskip("onnxruntime")
     again.engine = "onnxruntime"
     np.testing.assert_allclose(again.score(test), sel.score(test), atol=1e-4)
+
+
+def test_a_cost_measurement_never_reads_the_score_cache(tmp_path, monkeypatch):
+    from chunksel.selectors import late_features as lf
+    from chunksel.selectors.letor import memo_off
+
+    monkeypatch.setenv("CHUNKSEL_CACHE", str(tmp_path / "cache"))
+    batch = _instances("h")[:2]
+    cached = maxsim_scores(batch)
+    sel = lf.scorer(None)
+    before = sel.encoder().n_encoded
+    with memo_off():
+        np.testing.assert_allclose(maxsim_scores(batch), cached, atol=1e-6)
+    assert sel.encoder().n_encoded - before == 2 * 3  # computed again: two questions and their chunks
+    np.testing.assert_array_equal(maxsim_scores(batch), cached)
+    assert sel.encoder().n_encoded - before == 2 * 3  # and the cache still answers outside it

@@ -180,6 +180,7 @@ def test_judge_labels_match_single_process(ray_session, smollm2_gguf, tmp_path):
     assert again.stats["hits"] == 6 and again.stats["misses"] == 0
 
 
+@pytest.mark.slow  # about 80 s; benchmarks/maxsim_cost.py runs the same job on real candidates
 def test_token_job_stores_each_chunk_once(ray_session, one_thread, tmp_path, monkeypatch):
     """The shards' protocol (resume, fault drills) is run_manifest's, tested above."""
     from chunksel.bulk.jobs import encode_tokens, tokens_dir

@@ -11,7 +11,8 @@ MaxSim comes from the library's path (:mod:`chunksel.selectors.late_features`: i
 codes, the score cache under ``<cache>/maxsim/``, so a second run computes nothing).
 Rank-1 on the answerable validation and test questions. Whether a model takes the late
 columns is chosen on the validation average; the test figures are reported, never
-chosen on. Writes ``benchmarks/results/late_rankers_<profile>.json``.
+chosen on, with paired bootstrap intervals and McNemar's p per dataset and pooled over the
+datasets' test questions (significant only when both agree). Writes ``benchmarks/results/late_rankers_<profile>.json``.
 
     nice -n 10 python benchmarks/late_rankers.py [--profile full] [--datasets popqa nq]
 """
@@ -34,11 +35,24 @@ MODELS = {"lambdamart": ("lambdamart", {}),
           "anchored (lean)": ("anchored", {"blocks": "q+chunk+letor+lambdamart"})}
 
 
-def rank1(sel, insts) -> float:
+#: test comparisons (row, against): paired bootstrap interval and McNemar's p, per dataset and pooled
+PAIRS = (("lambdamart, late", "lambdamart"), ("anchored (lean), late", "anchored (lean)"),
+         ("anchored (lean), late", "lambdamart"), ("anchored (lean), late", "lambdamart, late"))
+
+
+def hits(sel, insts) -> list[int]:
+    """Rank-1 hit (1 / 0) of each answerable question."""
     ans = [i for i in insts if i.labels().any()]
     scores = sel.score(ans)
-    return 100.0 * float(np.mean([i.labels()[int(np.argmax(row[: len(i.candidates)]))] >= 1
-                                  for i, row in zip(ans, scores, strict=True)]))
+    return [int(i.labels()[int(np.argmax(row[: len(i.candidates)]))] >= 1) for i, row in zip(ans, scores, strict=True)]
+
+
+def paired(a: list[int], b: list[int]) -> dict:
+    from chunksel.eval.significance import compare
+
+    c = compare(np.asarray(a), np.asarray(b))
+    return {"diff": 100 * c["diff"], "lo": 100 * c["lo"], "hi": 100 * c["hi"], "p": c["p"], "n": c["n"],
+            "significant": bool((c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05)}
 
 
 def main(argv=None) -> int:
@@ -63,13 +77,19 @@ def main(argv=None) -> int:
             for late in (False, True):
                 t0 = time.perf_counter()
                 sel = make_selector(name, late=late, progress=False, **params).fit(sp["train"], None, sp["val"])
-                row = {s: rank1(sel, sp[s]) for s in ("val", "test")}
+                got = {s: hits(sel, sp[s]) for s in ("val", "test")}
+                row = {s: 100.0 * float(np.mean(got[s])) for s in ("val", "test")}
                 row["fit_s"] = round(time.perf_counter() - t0, 1)
+                row["test_hits"] = got["test"]
                 entry[f"{model}{', late' if late else ''}"] = row
                 print(f"{ds}: {model}{', late' if late else ''}: validation {row['val']:.2f}, test {row['test']:.2f}",
                       flush=True)
+        entry["test_comparisons"] = {f"{a} vs {b}": paired(entry[a]["test_hits"], entry[b]["test_hits"])
+                                     for a, b in PAIRS}
         report["datasets"][ds] = entry
-    rows = [k for k in next(iter(report["datasets"].values())) if k != "questions"]
+    rows = [k for k in next(iter(report["datasets"].values())) if k not in ("questions", "test_comparisons")]
+    pool = {r: [h for e in report["datasets"].values() for h in e[r]["test_hits"]] for r in rows}
+    report["pooled_test_comparisons"] = {f"{a} vs {b}": paired(pool[a], pool[b]) for a, b in PAIRS}
     report["average"] = {r: {s: float(np.mean([e[r][s] for e in report["datasets"].values()])) for s in ("val", "test")}
                          for r in rows}
     report["chosen_on_validation"] = {

@@ -48,11 +48,10 @@ def hits(sel, insts) -> list[int]:
 
 
 def paired(a: list[int], b: list[int]) -> dict:
-    from chunksel.eval.significance import compare
+    """Hits ``a`` against ``b``: the study's paired comparison (bootstrap interval, McNemar)."""
+    from chunksel.study.zeroshot_report import paired as paired_rows
 
-    c = compare(np.asarray(a), np.asarray(b))
-    return {"diff": 100 * c["diff"], "lo": 100 * c["lo"], "hi": 100 * c["hi"], "p": c["p"], "n": c["n"],
-            "significant": bool((c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05)}
+    return paired_rows({"hits": a}, {"hits": b})
 
 
 def main(argv=None) -> int:

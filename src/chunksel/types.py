@@ -47,6 +47,9 @@ class Question:
     # the L2-normalised retriever embedding of the question text; kept in a sidecar
     # array, never in JSONL (the retrieval-anchored selectors start from it)
     embedding: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # its (tokens, dim) unit token vectors from the retriever encoder, when the caller gave
+    # them (late interaction, :mod:`chunksel.selectors.maxsim`); never in JSONL
+    tokens: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +90,9 @@ class Candidate:
     meta: dict[str, Any] = field(default_factory=dict)
     # the L2-normalised retriever embedding; kept in a sidecar array, never in JSONL
     embedding: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # its token vectors as stored int8 codes (:mod:`chunksel.retrieval.tokens`), when the
+    # caller gave them; never in JSONL
+    tokens: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def is_positive(self, spec: str) -> bool:
         return any(self.labels.get(src, 0) >= 1 for src in parse_label_spec(spec))

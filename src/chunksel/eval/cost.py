@@ -11,8 +11,10 @@
   one from raw text (the study's cost stage, :mod:`chunksel.study.cost`, says which
   paths both time).
 - ``query_cost``: the query-side feature cost — ``"none"``, ``"bm25"`` (corpus term
-  statistics) or ``"warmup"`` (the generator's question-only pass, which generation
-  needs anyway).
+  statistics), ``"warmup"`` (the generator's question-only pass, which generation
+  needs anyway), ``"tokens"`` (MiniLM token vectors of the question and the chunks, for
+  late interaction: the question's come from the retriever's own pass, the chunks' are
+  stored once), their sums (``"bm25+tokens"``), ``"crossencoder"`` or ``"llm"``.
 
 Timing belongs in benchmarks/ scripts and the evaluation harness; unit tests never
 assert on it.
@@ -34,7 +36,8 @@ import numpy as np
 from chunksel.errors import ConfigError, DataError
 from chunksel.threads import limit_threads
 
-QUERY_COSTS: tuple[str, ...] = ("none", "bm25", "warmup", "warmup+bm25", "crossencoder", "llm")
+QUERY_COSTS: tuple[str, ...] = ("none", "bm25", "warmup", "warmup+bm25", "crossencoder", "llm",
+                                "tokens", "bm25+tokens", "warmup+bm25+tokens")
 
 
 class Latency(NamedTuple):

@@ -42,13 +42,14 @@ from chunksel.pipeline.select_inputs import (
     check_questions,
     check_score_scale,
     fill_embeddings,
-    given_features,
     load_or_make,
     make_cache,
     trained_dim,
+    warm_features,
 )
 from chunksel.pipeline.select_rules import check_rule, choose, probability_list
 from chunksel.pipeline.selection import ChosenChunk, ChunkSelection, max_chunks
+from chunksel.pipeline.token_inputs import check_tokens, fill_tokens, make_token_cache
 from chunksel.selectors.provenance import selector_inputs
 
 #: inputs that need the retriever encoder when the caller does not supply them
@@ -72,6 +73,8 @@ class ChunkSelector:
             (:class:`~chunksel.retrieval.chunk_cache.EmbeddingCache`): ``True`` = a
             memory-only one (20,000 chunks), a path = one backed by that SQLite file,
             ``False``/``None`` = none, or a cache object (shared between selectors).
+        token_cache: the chunks' token vectors of late interaction (selectors that read
+            ``"token_vectors"``): the same choices (:mod:`~chunksel.pipeline.token_inputs`).
 
     Raises:
         DataError: the encoder differs from the one the selector was trained with.
@@ -86,6 +89,7 @@ class ChunkSelector:
         corpus: str | Path | None = None,
         path: str | Path | None = None,
         embedding_cache: Any = True,
+        token_cache: Any = True,
     ) -> None:
         if not selector.is_fitted():
             raise ConfigError(f"selector {selector.name!r} is not fitted: train it, save it, and load the save")
@@ -105,6 +109,7 @@ class ChunkSelector:
         self.reads_text = "chunk_embedding" not in self.inputs or "corpus_stats" in self.inputs
         self._encoder = encoder
         self.embedding_cache = make_cache(embedding_cache)
+        self.token_cache = make_token_cache(token_cache) if "token_vectors" in inputs else None
         #: the embedding dimension the selector was trained on (0: unknown)
         self.embedding_dim = trained_dim(selector, self.provenance)
         self._generator_path: str | None = None
@@ -143,6 +148,7 @@ class ChunkSelector:
         quantize: str | None = None,
         engine: str | None = None,
         embedding_cache: Any = True,
+        token_cache: Any = True,
     ) -> ChunkSelector:
         """Load any saved selector (checksums verified) and check its provenance; ``path``
         may also be the registered name of a selector that needs no training
@@ -162,7 +168,7 @@ class ChunkSelector:
 
             encoder = make_encoder(encoder)
         out = cls(sel, encoder=encoder, generator=generator, corpus=corpus, path=path,
-                  embedding_cache=embedding_cache)
+                  embedding_cache=embedding_cache, token_cache=token_cache)
         if encoder is None and out.inputs & _ENCODER_INPUTS and out.provenance.get("encoder_id"):
             try:
                 default = out.encoder
@@ -260,6 +266,8 @@ class ChunkSelector:
         threshold: float | None = None,
         min_p: float | None = None,
         embedding_model: str | None = None,
+        question_tokens: np.ndarray | None = None,
+        chunk_tokens: Sequence[np.ndarray] | None = None,
     ) -> ChunkSelection:
         """Choose the top ``k`` chunks for ``question`` (possibly none, see ``k="auto"``).
 
@@ -292,6 +300,10 @@ class ChunkSelector:
             embedding_model: the name of the model the caller's embeddings come from;
                 another model than the selector's encoder is a ``DataError`` naming the
                 fix (without it, only a dimension that differs is caught).
+            question_tokens, chunk_tokens: for selectors that read ``"token_vectors"``
+                (late interaction): the question's ``(tokens, d)`` MiniLM token vectors
+                (``Encoder.encode_with_tokens``) and one per chunk (float, or the stored
+                int8 codes); what is missing is encoded, chunks through ``token_cache``.
 
         ``k="auto"``, ``threshold`` and ``min_p`` need a calibrated selector (fitted with
         a validation split); :mod:`chunksel.pipeline.select_rules` has the rules.
@@ -314,7 +326,8 @@ class ChunkSelector:
             features=None if features is None else [features],
             titles=None if titles is None else [titles],
             deadline=deadline, threshold=threshold, min_p=min_p, embedding_model=embedding_model,
-            _stacklevel=3,
+            question_tokens=None if question_tokens is None else [question_tokens],
+            chunk_tokens=None if chunk_tokens is None else [chunk_tokens], _stacklevel=3,
         )[0]
 
     def select_batch(
@@ -332,6 +345,8 @@ class ChunkSelector:
         threshold: float | None = None,
         min_p: float | None = None,
         embedding_model: str | None = None,
+        question_tokens: Sequence[np.ndarray | None] | None = None,
+        chunk_tokens: Sequence[Sequence[np.ndarray] | None] | None = None,
         _stacklevel: int = 2,
     ) -> list[ChunkSelection]:
         """:meth:`select` for several questions at once (one list entry per question for
@@ -349,14 +364,19 @@ class ChunkSelector:
         feat_l, title_l = as_list(features, b, "features"), as_list(titles, b, "titles")
         texts = check_chunks(chunks_l, emb_l, scores_l, title_l, self.reads_text, self.name, self.embedding_dim)
         check_question_embeddings(qemb_l, emb_l, self.embedding_dim)
+        qtok_l, ctok_l = as_list(question_tokens, b, "question_tokens"), as_list(chunk_tokens, b, "chunk_tokens")
+        check_tokens(qtok_l, ctok_l, texts, self.embedding_dim or 384)
         if "retrieval_score" in self.inputs and self.provenance.get("encoder_id"):
             check_score_scale(self.name, self.provenance["encoder_id"], scores_l)
         n_scored = [min(len(t), self.k_max) if self.k_max else len(t) for t in texts]
 
         timings = {"encode": 0.0, "warmup": 0.0, "score": 0.0}
-        if self.inputs & _ENCODER_INPUTS:
+        if self.inputs & (_ENCODER_INPUTS | {"token_vectors"}):
             check_deadline(deadline, "encode")
             t = time.perf_counter()
+            if "token_vectors" in self.inputs:  # first: a question's embedding comes from the same pass
+                fill_tokens(lambda: self.encoder, self.token_cache, questions, texts, title_l, n_scored,
+                            qtok_l, ctok_l, qemb_l)
             fill_embeddings(lambda: self.encoder, self.embedding_cache, self.inputs, questions, texts, title_l, n_scored,
                             emb_l, qemb_l, skip_scores=[s is not None for s in scores_l])
             check_question_embeddings(qemb_l, emb_l, None)
@@ -371,7 +391,7 @@ class ChunkSelector:
             timings["warmup"] = (time.perf_counter() - t) * 1e3
 
         batch = build_instances(questions, texts, n_scored, emb_l, qemb_l, scores_l, title_l,
-                                "retrieval_score" in self.inputs)
+                                "retrieval_score" in self.inputs, qtok_l, ctok_l)
         check_deadline(deadline, "score")
         t = time.perf_counter()
         if "corpus_stats" in self.inputs:
@@ -424,33 +444,14 @@ class ChunkSelector:
         return out
 
     def _warm_features(self, questions, given) -> tuple[Any, list[Any]]:
-        """The warm-up features of every question (the caller's where given): one question
-        alone keeps its warm-up pass (and KV cache), several run as one batch."""
-        from chunksel.features.base import InMemoryFeatures
-
-        todo = [i for i, f in enumerate(given) if f is None]
-        warm_ups: list[Any] = [None] * len(questions)
-        h: list[Any] = [None] * len(questions)
-        r: list[Any] = [None] * len(questions)
-        for i, f in enumerate(given):
-            if f is not None:
-                h[i], r[i] = given_features(f)
-        if len(todo) == 1:
-            i = todo[0]
-            warm_ups[i] = self.warm_up(questions[i])
-            h[i], r[i] = warm_ups[i].h, warm_ups[i].r
-        elif todo:
+        def extract(texts: list[str]) -> dict[str, np.ndarray]:
             from chunksel.features.extract import extract_features
 
             model, tokenizer, _ = self.generator()
             with self._gen_lock:
-                got = extract_features(model, tokenizer, [questions[i] for i in todo], batch_size=len(todo),
-                                       progress=False)
-            for n, i in enumerate(todo):
-                h[i], r[i] = got["h"][n], got["r"][n]
-        if len({len(x) for x in h}) != 1 or len({len(x) for x in r}) != 1:
-            raise DataError("features of different sizes in one batch")
-        return InMemoryFeatures([f"q{i}" for i in range(len(questions))], h=np.stack(h), r=np.stack(r)), warm_ups
+                return extract_features(model, tokenizer, texts, batch_size=len(texts), progress=False)
+
+        return warm_features(questions, given, self.warm_up, extract)
 
     def warm_up(self, question: str) -> Any:
         """The question-only warm-up pass with its KV cache

@@ -280,15 +280,20 @@ def trained_dim(selector: Any, provenance: dict[str, Any]) -> int:
 
 
 def build_instances(questions: list[str], texts: list[list[str]], n_scored: list[int], emb_l: list[Any],
-                    qemb_l: list[Any], scores_l: list[Any], title_l: list[Any], reads_score: bool) -> list[Instance]:
+                    qemb_l: list[Any], scores_l: list[Any], title_l: list[Any], reads_score: bool,
+                    qtok_l: list[Any] | None = None, ctok_l: list[Any] | None = None) -> list[Instance]:
     """The selector's input: one :class:`Instance` per question with its first
     ``n_scored`` chunks; a chunk's retrieval score is the caller's, else the cosine of the
-    embeddings when the selector reads one, else NaN."""
+    embeddings when the selector reads one, else NaN. ``qtok_l`` / ``ctok_l``: token
+    vectors (:mod:`chunksel.pipeline.token_inputs`), set as ``Question.tokens`` /
+    ``Candidate.tokens``."""
     batch = []
     for i, text in enumerate(questions):
         qv = qemb_l[i]
         q = Question(id=f"q{i}", text=text.strip(), dataset="user",
-                     embedding=None if qv is None else np.asarray(qv, dtype=np.float32))
+                     embedding=None if qv is None else np.asarray(qv, dtype=np.float32),
+                     tokens=None if qtok_l is None else qtok_l[i])
+        ctoks = None if ctok_l is None else ctok_l[i]
         cands = []
         for j in range(n_scored[i]):
             e = None if emb_l[i] is None else emb_l[i][j]
@@ -299,7 +304,8 @@ def build_instances(questions: list[str], texts: list[list[str]], n_scored: list
             else:
                 s = float("nan")
             cands.append(Candidate(id=str(j), text=texts[i][j], rank=j, score=s, embedding=e,
-                                   title=str(title_l[i][j]) if title_l[i] is not None else ""))
+                                   title=str(title_l[i][j]) if title_l[i] is not None else "",
+                                   tokens=None if ctoks is None else ctoks[j]))
         batch.append(Instance(question=q, candidates=cands))
     return batch
 
@@ -310,6 +316,32 @@ def given_features(f: Any) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(f["h"], dtype=np.float32).reshape(-1), np.asarray(f["r"], dtype=np.float32).reshape(-1)
     except (KeyError, TypeError, ValueError):
         raise DataError('features must be {"h": array, "r": array}') from None
+
+
+def warm_features(questions: list[str], given: list[Any], warm_up: Any, extract: Any) -> tuple[Any, list[Any]]:
+    """The warm-up features of every question (the caller's where ``given``): one question
+    alone keeps its warm-up pass and KV cache (``warm_up(question)``), several run as one
+    batch (``extract(texts)`` -> ``{"h", "r"}``). Returns the features and the warm-ups."""
+    from chunksel.features.base import InMemoryFeatures
+
+    todo = [i for i, f in enumerate(given) if f is None]
+    warm_ups: list[Any] = [None] * len(questions)
+    h: list[Any] = [None] * len(questions)
+    r: list[Any] = [None] * len(questions)
+    for i, f in enumerate(given):
+        if f is not None:
+            h[i], r[i] = given_features(f)
+    if len(todo) == 1:
+        i = todo[0]
+        warm_ups[i] = warm_up(questions[i])
+        h[i], r[i] = warm_ups[i].h, warm_ups[i].r
+    elif todo:
+        got = extract([questions[i] for i in todo])
+        for n, i in enumerate(todo):
+            h[i], r[i] = got["h"][n], got["r"][n]
+    if len({len(x) for x in h}) != 1 or len({len(x) for x in r}) != 1:
+        raise DataError("features of different sizes in one batch")
+    return InMemoryFeatures([f"q{i}" for i in range(len(questions))], h=np.stack(h), r=np.stack(r)), warm_ups
 
 
 #: selectors that need no training but cannot choose chunks for a new question

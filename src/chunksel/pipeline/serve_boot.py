@@ -19,11 +19,15 @@ def load_for_serving(model: str | Path, settings: ServeSettings, corpus: str | N
                      generator: str | None = None) -> Any:
     """Load the selector and every model it (and /answer) needs, once."""
     from chunksel.pipeline.chunk_selector import ChunkSelector
-    from chunksel.retrieval.chunk_cache import EmbeddingCache
+    from chunksel.retrieval.chunk_cache import EmbeddingCache, TokenCache
 
     cache = EmbeddingCache(settings.embedding_cache_items, settings.embedding_cache_path)
+    # late interaction's chunk token vectors share the file (its ``tok`` table); about 50 KB
+    # a chunk, so a tenth of the embedding cache's items in memory
+    tokens = TokenCache(settings.embedding_cache_items // 10, settings.embedding_cache_path)
     cs = ChunkSelector.load(model, corpus=corpus, generator=generator,
-                            encoder=None if settings.encoder == "torch" else settings.encoder, embedding_cache=cache)
+                            encoder=None if settings.encoder == "torch" else settings.encoder, embedding_cache=cache,
+                            token_cache=tokens)
     return cs.warm(generator=True if settings.answer else None)
 
 

@@ -42,7 +42,9 @@ Both cores: ``workers`` > 1 runs that many server processes on one socket
 (:mod:`chunksel.pipeline.serve_workers`), each loading the models once; ``/health``
 reports the answering worker's pid and resident memory. Raw-text requests go through a
 chunk-embedding cache (``embedding_cache_items`` per worker, optionally a shared SQLite
-file) and the ``encoder`` engine (``onnx-int8``: MiniLM on ONNX Runtime).
+file) and the ``encoder`` engine (``onnx-int8``: MiniLM on ONNX Runtime). A selector
+built with ``late=True`` also keeps the chunks' token vectors (a tenth as many in
+memory, about 50 KB each; on disk in the same SQLite file's ``tok`` table).
 
 Models load once, before the port opens. The server binds 127.0.0.1 unless told
 otherwise; on SIGINT/SIGTERM uvicorn stops accepting, lets running requests finish (up to

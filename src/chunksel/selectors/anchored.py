@@ -55,6 +55,7 @@ from chunksel.nn.inputs import StandardScaler
 from chunksel.selectors.anchored_ltr import interaction_features, letor_block, ltr_scores
 from chunksel.selectors.base import QuestionFeatures, Selector
 from chunksel.selectors.embedding_arrays import embedding_arrays, unit_rows
+from chunksel.selectors.late_features import late_cost
 from chunksel.training.anchored import AnchoredTrainConfig, train_anchored_ensemble
 from chunksel.types import Instance
 
@@ -96,8 +97,9 @@ class AnchoredPrototypeSelector(Selector):
         select_on: model selection on validation, "accuracy" or "loss" (both never return
             a model below retrieval order on validation; see :mod:`chunksel.training.anchored`).
         corpus, k1, b: the BM25 / TF-IDF statistics of the LETOR features (as LambdaMART's).
-        late, tokens: MaxSim's columns (:mod:`.late_features`) join the LETOR features of the
-            ``letor`` block and the internal LambdaMART; ``tokens`` as the ``maxsim`` selector's.
+        late, tokens: MaxSim's columns (:mod:`.late_features`) join the LETOR features of
+            ``letor`` and the internal LambdaMART (query cost ``+tokens``); ``tokens`` as
+            the ``maxsim`` selector's.
         ltr_folds: folds of the cross-fitted LambdaMART scores of the training instances
             (block ``lambdamart``).
         members: scorers trained from seeds ``seed * members + j`` and averaged (one
@@ -106,11 +108,10 @@ class AnchoredPrototypeSelector(Selector):
             above on validation: ``"auto"`` (the default: ``"lambdamart"`` with the
             ``lambdamart`` block, else ``"retrieval"``; chosen on validation,
             ``docs/decisions/anchored-lambdamart-anchor.md``), ``"retrieval"`` (the
-            retriever's order) or ``"lambdamart"`` (the internal LambdaMART's order, block
-            ``lambdamart``: each instance's
-            candidates are handed to the scorer sorted by its score - the cross-fitted one
-            on the training split - and the scores mapped back to the input order; the
-            ONNX graph takes them in that order, :meth:`graph_inputs` gives ``order``).
+            retriever's order) or ``"lambdamart"`` (the internal LambdaMART's, block
+            ``lambdamart``: candidates go to the scorer sorted by its score - cross-fitted
+            on the training split - and scores map back to the input order; the ONNX graph
+            takes them in that order, :meth:`graph_inputs` gives ``order``).
         seed: seeds initialisation, shuffling and a carved validation split.
         label: label spec for training (default: each instance's own).
         device: torch device for training.
@@ -182,15 +183,11 @@ class AnchoredPrototypeSelector(Selector):
         self.corpus = corpus
         self.k1 = k1
         self.b, self.late, self.tokens = b, late, tokens
+        self.query_cost = late_cost(type(self).query_cost, late)
         self.ltr_folds = ltr_folds
         self.members = members
-        self.anchor = anchor
-        self.seed = seed
-        self.label = label
-        self.device = device
-        self.progress = progress
-        self.generator_id = generator_id
-        self.encoder_id = encoder_id
+        self.anchor, self.seed, self.label, self.device = anchor, seed, label, device
+        self.progress, self.generator_id, self.encoder_id = progress, generator_id, encoder_id
 
     # ------------------------------------------------------------------ arrays
     def _config(self) -> AnchoredTrainConfig:
@@ -228,13 +225,15 @@ class AnchoredPrototypeSelector(Selector):
         return "letor" in self.blocks or "lambdamart" in self.blocks
 
     def required_inputs(self) -> frozenset[str]:
-        """What scoring reads beyond the texts: embeddings always, the warm-up pass for
-        ``hs`` / ``rw``, corpus statistics and retrieval scores for ``letor`` / ``lambdamart``."""
+        """Beyond the texts: embeddings, the warm-up pass for ``hs`` / ``rw``, corpus
+        statistics, retrieval scores (and token vectors, ``late``) for ``letor`` / ``lambdamart``."""
         out = {"chunk_embedding", "question_embedding"}
         if "hs" in self.blocks or "rw" in self.blocks:
             out.add("warmup")
         if self._has_phi:
             out |= {"corpus_stats", "retrieval_score"}
+            if self.late:
+                out.add("token_vectors")
         return frozenset(out)
 
     def _letor(self, batch: Sequence[Instance]) -> np.ndarray:

@@ -85,8 +85,10 @@ class Selector(ABC):
     stacked: ClassVar[bool] = False
     #: the query-side cost it adds: "none", "bm25" (corpus term statistics),
     #: "warmup" (the generator's question-only pass, which generation needs anyway) or
-    #: "warmup+bm25" (both) or "llm" (LLM calls per query: the rankgpt / utility selectors)
-    query_cost: ClassVar[str] = "none"
+    #: "warmup+bm25" (both), "llm" (LLM calls per query: the rankgpt / utility selectors),
+    #: "tokens" (MiniLM token vectors: ``maxsim``), or a sum with "+tokens" (a ranker built
+    #: with ``late=True`` sets it on the instance: :func:`.late_features.late_cost`)
+    query_cost: str = "none"
     #: what the calibrator maps to probabilities: the selector's ``"score"`` or the
     #: candidates' ``"retrieval_score"`` (the retrieval-order selector, whose score is -rank)
     calibration_source: ClassVar[str] = "score"

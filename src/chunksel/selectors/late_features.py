@@ -48,6 +48,11 @@ def feature_names(base: Sequence[str], late: bool) -> tuple[str, ...]:
     return (*base, *LATE_NAMES) if late else tuple(base)
 
 
+def late_cost(base: str, late: bool) -> str:
+    """A ranker's ``query_cost`` with the late columns: its own, plus the token vectors."""
+    return f"{base}+tokens" if late and "tokens" not in base else base
+
+
 def scorer(tokens: str | None = None) -> Any:
     """The process's ``maxsim`` selector for ``tokens`` (the encoder loads once)."""
     from chunksel.selectors.maxsim import MaxSimSelector

@@ -27,7 +27,7 @@ import numpy as np
 
 from chunksel.errors import DataError, require
 from chunksel.selectors.base import QuestionFeatures, Selector
-from chunksel.selectors.late_features import feature_names, late_features
+from chunksel.selectors.late_features import feature_names, late_cost, late_features
 from chunksel.selectors.letor import FEATURE_NAMES, letor_features
 from chunksel.types import Instance
 
@@ -166,6 +166,7 @@ class RankSVMSelector(_LetorSelector):
         self.corpus = corpus
         self.late = late
         self.tokens = tokens
+        self.query_cost = late_cost(type(self).query_cost, late)
         self.C = C
         self.k1 = k1
         self.b = b
@@ -279,6 +280,7 @@ class LambdaMARTSelector(_LetorSelector):
         self.corpus = corpus
         self.late = late
         self.tokens = tokens
+        self.query_cost = late_cost(type(self).query_cost, late)
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
         self.num_leaves = num_leaves

@@ -6,7 +6,10 @@ in the chunk, so a chunk that matches the question word by word beats one that i
 on the topic. Nothing is learned. By default the question and the chunks are encoded at
 scoring time (one MiniLM pass over them, from raw text), so its cost column is the
 raw-text path. With ``tokens=`` the chunks' token vectors come from where they are kept
-(the chunk cache, or the bulk job's shards) and only the question is encoded.
+(the chunk cache, or the bulk job's shards) and only the question is encoded. Token
+vectors already on the instances (``Question.tokens``, ``Candidate.tokens``: what
+:class:`~chunksel.pipeline.chunk_selector.ChunkSelector` passes when the caller gives
+them) are used as they are: nothing is encoded.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class MaxSimSelector(Selector):
     family = "late interaction"
     role = "baseline"
     requires_fit = False
+    query_cost = "tokens"
 
     def __init__(self, title: bool = True, max_seq_length: int = 256, batch_size: int = 64,
                  model: str | None = None, tokens: str | None = None) -> None:
@@ -86,10 +90,18 @@ class MaxSimSelector(Selector):
         return self._source
 
     def chunk_codes(self, cands: Sequence[Any]) -> list[np.ndarray]:
-        """The stored form (int8 codes) of each candidate's token vectors."""
+        """The stored form (int8 codes) of each candidate's token vectors: the candidate's
+        own (``Candidate.tokens``, given by the caller) where it has them."""
         from chunksel.retrieval.chunk_cache import TokenCache, tokens_cached
         from chunksel.retrieval.tokens import chunk_codes
 
+        given = [c.tokens for c in cands]
+        if all(g is not None for g in given):  # the caller's (ChunkSelector's ``chunk_tokens``)
+            return given
+        if any(g is not None for g in given):
+            todo = [c for c, g in zip(cands, given, strict=True) if g is None]
+            fill = iter(self.chunk_codes(todo))
+            return [g if g is not None else next(fill) for g in given]
         texts = [self.chunk_text(c) for c in cands]
         source = self.token_source()
         if source is None or isinstance(source, TokenCache):
@@ -103,7 +115,9 @@ class MaxSimSelector(Selector):
     def _score(self, batch: Sequence[Instance], features: QuestionFeatures | None, k: int) -> np.ndarray:
         from chunksel.retrieval.tokens import maxsim, token_vectors
 
-        questions = token_vectors(self.encoder(), [inst.question.text for inst in batch])
+        todo = [b for b, inst in enumerate(batch) if inst.question.tokens is None]
+        encoded = iter(token_vectors(self.encoder(), [batch[b].question.text for b in todo]) if todo else [])
+        questions = [inst.question.tokens if inst.question.tokens is not None else next(encoded) for inst in batch]
         chunks = self.chunk_codes([c for inst in batch for c in inst.candidates])
         out = np.full((len(batch), k), -np.inf)
         at = 0

@@ -52,7 +52,8 @@ def selector_inputs(selector: Any) -> frozenset[str]:
     """What a selector reads at query time, beyond the question and chunk texts.
 
     A subset of ``"chunk_embedding"``, ``"question_embedding"``, ``"retrieval_score"``,
-    ``"corpus_stats"`` and ``"warmup"``. A selector class may declare it as a method
+    ``"corpus_stats"``, ``"warmup"`` and ``"token_vectors"`` (MiniLM token vectors of
+    the question and the chunks, for late interaction). A selector class may declare it as a method
     ``required_inputs()`` (the anchored selector and SRAS do); otherwise it is derived
     from ``query_cost``, the paper prototype's ``blocks`` and the LETOR features' inputs.
     """
@@ -73,6 +74,8 @@ def selector_inputs(selector: Any) -> frozenset[str]:
         out.add("chunk_embedding")
     if getattr(selector, "reads_question_embedding", False):
         out.add("question_embedding")
+    if "tokens" in cost:  # late interaction: the question's and the chunks' token vectors
+        out.add("token_vectors")
     return frozenset(out)
 
 

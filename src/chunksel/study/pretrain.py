@@ -7,10 +7,14 @@
 2. BM25 / TF-IDF statistics: the Wikipedia passage corpus's for every dataset (the
    statistics that ship with the models, so training and use read the same ones).
 3. ``lambdamart-base``: LambdaMART (the benchmark's settings) on the pooled training
-   splits, early-stopped on the pooled validation splits.
-4. ``anchored-base``: the candidate block sets of :data:`ANCHORED_CANDIDATES` are each
-   trained on the pooled training splits; the pooled validation rank-1 picks one, the
-   one with fewer blocks on a tie within :data:`TIE`. Its figures, and LambdaMART's,
+   splits, early-stopped on the pooled validation splits, without and with the
+   late-interaction columns (:data:`LATE_CHOICES`, MaxSim over MiniLM's token vectors:
+   :mod:`chunksel.selectors.late_features`); the pooled validation rank-1 picks one, the
+   one without on a tie within :data:`TIE`.
+4. ``anchored-base``: the candidate block sets of :data:`ANCHORED_CANDIDATES`, each
+   without and with the late columns, are trained on the pooled training splits; the
+   pooled validation rank-1 picks one, the simpler on a tie within :data:`TIE` (fewer
+   blocks, then no late columns). Its figures, and LambdaMART's,
    are written to ``PROVENANCE.json`` with the paired bootstrap interval and McNemar's
    p of ``anchored-base`` against ``lambdamart-base`` on the pooled validation questions:
    where the two tests do not agree that it is better, the README recommends the simpler
@@ -46,6 +50,8 @@ CORPUS = "wiki-w100"
 TREC_DL_PREFIX = "msmarco:dl"
 #: the anchored block sets tried, simplest first
 ANCHORED_CANDIDATES = ("letor+lambdamart", "q+letor+lambdamart")
+#: without and with MiniLM MaxSim's late-interaction columns (``late=True``), simplest first
+LATE_CHOICES = (False, True)
 #: validation rank-1 differences at or below this are ties (the simpler set wins)
 TIE = 0.002
 
@@ -150,21 +156,31 @@ def build(out: Path = MODELS_DIR, limit: int | None = LIMIT, progress: bool = Tr
         fits[key] = sel
         return sel
 
-    fit("lambdamart-base", "lambdamart")
-    for blocks in candidates:
-        fit(f"anchored[{blocks}]", "anchored", blocks=blocks)
-    best = candidates[0]
-    for blocks in candidates[1:]:
-        gain = (record["validation_rank1"][f"anchored[{blocks}]"]["pooled"]
-                - record["validation_rank1"][f"anchored[{best}]"]["pooled"])
-        if gain > TIE:
-            best = blocks
-    record["anchored_blocks"] = best
+    def simplest_best(keys: Sequence[str]) -> str:  # a later (richer) key only when it gains > TIE
+        best = keys[0]
+        for key in keys[1:]:
+            if record["validation_rank1"][key]["pooled"] - record["validation_rank1"][best]["pooled"] > TIE:
+                best = key
+        return best
+
+    lm_keys = []
+    for late in LATE_CHOICES:
+        lm_keys.append("lambdamart" + ("[late]" if late else ""))
+        fit(lm_keys[-1], "lambdamart", late=late)
+    anchored_keys = []
+    for late in LATE_CHOICES:
+        for blocks in candidates:
+            anchored_keys.append(f"anchored[{blocks}{'+late' if late else ''}]")
+            fit(anchored_keys[-1], "anchored", blocks=blocks, late=late)
+    lm_key, best_key = simplest_best(lm_keys), simplest_best(anchored_keys)
+    record["lambdamart_late"] = fits[lm_key].late
+    record["anchored_blocks"] = "+".join(fits[best_key].blocks)
+    record["anchored_late"] = fits[best_key].late
     from chunksel.eval.significance import compare
 
     # anchored-base against lambdamart-base on the pooled validation questions: told apart
     # only when the bootstrap interval and McNemar's test agree
-    c = compare(hits[f"anchored[{best}]"], hits["lambdamart-base"])
+    c = compare(hits[best_key], hits[lm_key])
     record["anchored_vs_lambdamart"] = {k: (100.0 * v if k in ("diff", "lo", "hi", "acc_a", "acc_b") else v)
                                         for k, v in c.items()}
     record["validation_tells_them_apart"] = bool((c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05)
@@ -176,7 +192,7 @@ def build(out: Path = MODELS_DIR, limit: int | None = LIMIT, progress: bool = Tr
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    for name, key in (("lambdamart-base", "lambdamart-base"), ("anchored-base", f"anchored[{best}]")):
+    for name, key in (("lambdamart-base", lm_key), ("anchored-base", best_key)):
         folder = out / name
         fits[key].save(folder)
         prov = {"name": name, "description": PRETRAINED[name], "selector": fits[key].name,

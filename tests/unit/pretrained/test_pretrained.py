@@ -58,7 +58,12 @@ def test_provenance_records_the_recipe_and_no_trec_dl_topic(name):
     assert sel["anchored_blocks"] in pretrain.ANCHORED_CANDIDATES
     if name == "anchored-base":
         assert "+".join(config["params"]["blocks"]) == sel["anchored_blocks"]
+        assert config["params"]["late"] == sel["anchored_late"]
         assert not {"hs", "rw", "chunk"} & set(config["params"]["blocks"])  # no generator, any K
+    else:
+        assert config["params"]["late"] == sel["lambdamart_late"]
+    # every candidate the recipe tried has its validation figure
+    assert len(sel["validation_rank1"]) == len(pretrain.LATE_CHOICES) * (1 + len(pretrain.ANCHORED_CANDIDATES))
     c = sel["anchored_vs_lambdamart"]
     told = (c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05
     assert sel["validation_tells_them_apart"] == told
@@ -176,10 +181,12 @@ def test_with_every_embedding_given_no_encoder_needs_installing(no_data, monkeyp
     rng = np.random.default_rng(1)
     e, q = rng.normal(size=(4, 384)), rng.normal(size=384)
     e, q = e / np.linalg.norm(e, axis=1, keepdims=True), q / np.linalg.norm(q)
+    # late interaction's token vectors, given as a retriever that stored them would
+    toks = [rng.normal(size=(n, 384)) for n in (3, 5, 2, 4)]
     for name in NAMES:
         cs = ChunkSelector.load(name)
         got = cs.select("who wrote it?", ["a b", "c d", "e f", "g h"], question_embedding=q, chunk_embeddings=e,
-                        chunk_scores=(e @ q).tolist())
+                        chunk_scores=(e @ q).tolist(), question_tokens=rng.normal(size=(4, 384)), chunk_tokens=toks)
         assert got.n_scored == 4
         with pytest.raises(ConfigError, match=r"chunksel\[retrieval\]"):
             cs.select("who wrote it?", ["a b", "c d"])

@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from chunksel.errors import DataError
-from chunksel.retrieval.tokens import BYTES_PER_TOKEN, TokenShards, maxsim, pack, token_vectors, unpack, write_shard
+from chunksel.retrieval.tokens import (
+    BYTES_PER_TOKEN,
+    TokenShards,
+    maxsim,
+    pack,
+    token_vectors,
+    unpack,
+    write_shard,
+)
 from chunksel.selectors import load_selector, make_selector
 from chunksel.types import Candidate, Instance, Question
 

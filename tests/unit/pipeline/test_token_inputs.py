@@ -1,0 +1,112 @@
+"""Late interaction on the application path: ChunkSelector gives a ``late=True`` ranker the
+question's and the chunks' token vectors (the caller's, the token cache's, or encoded from
+the text with the real all-MiniLM-L6-v2), and every path scores as the benchmark does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tests.unit.selectors.test_late_features import FACTS, _instances
+
+from chunksel.errors import DataError
+from chunksel.pipeline.chunk_selector import ChunkSelector
+from chunksel.retrieval.chunk_cache import TokenCache
+from chunksel.retrieval.tokens import chunk_codes
+from chunksel.selectors import make_selector
+from chunksel.selectors.provenance import selector_inputs
+
+pytestmark = pytest.mark.model
+
+QUESTION = "Who wrote Hamlet?"
+CHUNKS = ["The Globe Theatre was built in 1599.", "Hamlet is a tragedy written by William Shakespeare.",
+          "Jupiter is the largest planet in the Solar System."]
+
+
+@pytest.fixture(scope="module")
+def late_lm(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("late")
+    corpus = tmp / "c.tsv"
+    texts = [t for _, a, b in FACTS for t in (a, b)]
+    corpus.write_text("id\ttext\ttitle\n" + "".join(f"d{i}\t{t}\t\n" for i, t in enumerate(texts)))
+    sel = make_selector("lambdamart", corpus=str(corpus), late=True, progress=False, min_child_samples=1,
+                        n_estimators=20)
+    sel.fit(_instances("c"), None, _instances("d", flip=True, split="val"))
+    sel.save(tmp / "m")
+    return tmp / "m"
+
+
+def _encoded(cs):
+    return cs.encoder.n_encoded
+
+
+def test_a_late_ranker_reads_token_vectors_and_says_so_in_its_cost(late_lm):
+    cs = ChunkSelector.load(late_lm)
+    assert "token_vectors" in cs.inputs and cs.selector.query_cost == "bm25+tokens"
+    assert make_selector("lambdamart").query_cost == "bm25"
+    assert make_selector("maxsim").query_cost == "tokens"
+    assert "token_vectors" in selector_inputs(make_selector("anchored", blocks="letor+lambdamart", late=True))
+    assert "token_vectors" not in selector_inputs(make_selector("anchored", blocks="letor+lambdamart"))
+    assert cs.token_cache is not None and ChunkSelector.load("retrieval").token_cache is None
+
+
+def test_raw_text_given_vectors_and_the_cache_give_the_benchmark_scores(late_lm):
+    from chunksel.types import Candidate, Instance, Question
+
+    cs = ChunkSelector.load(late_lm)
+    raw = cs.select(QUESTION, CHUNKS, k=1)
+    assert raw.selected[0].index == 1
+    # the benchmark path: the same instance, the retrieval scores as ChunkSelector computes them
+    q_emb, q_tok = cs.encoder.encode_with_tokens([QUESTION])
+    c_emb = cs.encoder.encode(CHUNKS, progress=False)
+    inst = Instance(Question("q", QUESTION), [Candidate(str(j), t, rank=j, score=float(q_emb[0] @ c_emb[j]))
+                                              for j, t in enumerate(CHUNKS)])
+    np.testing.assert_allclose(raw.all_scores, cs.selector.score([inst])[0], atol=1e-5)
+
+    # every vector given: nothing is encoded, and the scores agree
+    codes = chunk_codes(cs.encoder, CHUNKS)
+    before = _encoded(cs)
+    given = cs.select(QUESTION, CHUNKS, k=1, question_embedding=q_emb[0], chunk_embeddings=c_emb,
+                      question_tokens=q_tok[0], chunk_tokens=codes)
+    assert _encoded(cs) == before
+    np.testing.assert_allclose(given.all_scores, raw.all_scores, atol=1e-5)
+    # float token vectors are packed to the stored codes: the same scores again
+    floats = [c.astype(np.float32) / 127.0 for c in codes]
+    again = cs.select(QUESTION, CHUNKS, k=1, question_embedding=q_emb[0], chunk_embeddings=c_emb,
+                      question_tokens=q_tok[0], chunk_tokens=floats)
+    np.testing.assert_allclose(again.all_scores, raw.all_scores, atol=1e-5)
+
+    # from raw text a second time: the token cache holds the chunks, only the question is encoded
+    cs2 = ChunkSelector.load(late_lm, token_cache=TokenCache(), embedding_cache=True)
+    cs2.select(QUESTION, CHUNKS)
+    before = _encoded(cs2)
+    second = cs2.select(QUESTION, CHUNKS)
+    assert _encoded(cs2) - before == 1  # the question: its embedding and tokens in one pass
+    np.testing.assert_allclose(second.all_scores, raw.all_scores, atol=1e-5)
+
+
+def test_token_vectors_are_checked_with_the_field_named(late_lm):
+    cs = ChunkSelector.load(late_lm)
+    codes = chunk_codes(cs.encoder, CHUNKS)
+    cases = [
+        ({"question_tokens": np.ones((3, 100))}, "question_tokens", "expected \\(tokens, 384\\)"),
+        ({"question_tokens": np.full((3, 384), np.nan)}, "question_tokens", "NaN"),
+        ({"chunk_tokens": codes[:2]}, "chunk_tokens", "3 chunks but 2 chunk_tokens"),
+        ({"chunk_tokens": codes[0]}, "chunk_tokens", "one \\(tokens, 384\\) array per chunk"),
+        ({"chunk_tokens": [codes[0], np.zeros((4, 384)), codes[2]]}, "chunk_tokens", "all-zero token vector"),
+    ]
+    for kw, field, msg in cases:
+        with pytest.raises(DataError, match=msg) as err:
+            cs.select(QUESTION, CHUNKS, **kw)
+        assert err.value.field == field
+
+
+def test_maxsim_by_name_scores_the_callers_vectors():
+    cs = ChunkSelector.load("maxsim")
+    assert cs.inputs == {"token_vectors"}
+    raw = cs.select(QUESTION, CHUNKS, k=1)
+    _, q_tok = cs.encoder.encode_with_tokens([QUESTION])
+    codes = chunk_codes(cs.encoder, CHUNKS)
+    before = _encoded(cs)
+    given = cs.select(QUESTION, CHUNKS, k=1, question_tokens=q_tok[0], chunk_tokens=codes)
+    assert _encoded(cs) == before and given.selected[0].index == raw.selected[0].index == 1
+    np.testing.assert_allclose(given.all_scores, raw.all_scores, atol=1e-5)

@@ -419,6 +419,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "maxsim": ("chunksel.selectors.maxsim:MaxSimSelector", "retrieval"),
     "ranksvm": ("chunksel.selectors.ltr:RankSVMSelector", "ltr"),
     "lambdamart": ("chunksel.selectors.ltr:LambdaMARTSelector", "ltr"),
+    "lambdamart-late": ("chunksel.selectors.ltr:LambdaMARTLateSelector", "ltr"),
     "knrm": ("chunksel.selectors.neural:KNRMSelector", "train"),
     "drmm": ("chunksel.selectors.neural:DRMMSelector", "train"),
     "duet": ("chunksel.selectors.neural:DuetSelector", "train"),

@@ -19,6 +19,7 @@ labels come from the label spec ``label`` (default: each instance's own). With
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -340,3 +341,24 @@ class LambdaMARTSelector(_LetorSelector):
         self._check_names(path, state)
         self.booster_ = load_booster(path / "model.txt")
 
+
+
+def _late_default(sig: inspect.Signature) -> inspect.Signature:
+    return sig.replace(parameters=[p.replace(default=True) if p.name == "late" else p for p in sig.parameters.values()])
+
+
+class LambdaMARTLateSelector(LambdaMARTSelector):
+    """LambdaMART with MiniLM MaxSim's three late-interaction columns (``late=True`` by
+    default): the benchmark's row that gives LambdaMART the features the flagship reads, so
+    that the flagship's late columns are measured against a ranker that has them too.
+    Settings as :class:`LambdaMARTSelector`."""
+
+    name = "lambdamart-late"
+    display_name = "LambdaMART + MaxSim"
+
+    def __init__(self, late: bool = True, **kwargs: Any) -> None:
+        super().__init__(late=late, **kwargs)
+
+    # its settings are LambdaMART's (``late`` defaults to True): saving, loading and the
+    # parameter checks read this signature
+    __init__.__signature__ = _late_default(inspect.signature(LambdaMARTSelector.__init__))  # type: ignore[attr-defined]

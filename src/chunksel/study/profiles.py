@@ -35,8 +35,10 @@ CE_FULL = {"loss": "pointwise", "epochs": 1, "negatives": 2, "max_questions": 60
 CE_POOLED_SEEDS = (0,)
 #: the flagship scores through its exported fp32 graph in ONNX Runtime (the torch scorer's
 #: scores to float rounding; at batch 1 with three members about 1 ms less,
-#: benchmarks/anchored_latency.py); it trains in torch
-ANCHORED_ENGINE = {"engine": "onnxruntime"}
+#: benchmarks/anchored_latency.py); it trains in torch. It reads MiniLM MaxSim's
+#: late-interaction columns (chosen on validation: benchmarks/late_rankers.py,
+#: docs/decisions/maxsim-features.md), as do anchored-ce's base and every ablation row
+ANCHORED_SETTINGS = {"engine": "onnxruntime", "late": True}
 #: Table 4's sample: generation is the cost (about 6 distinct (question, context) pairs a
 #: question, 3-7 s each on one thread), so the quick profile answers 8 test questions of
 #: TriviaQA and NQ (about 6 min cold, keeping `make bench` under 25 min) and the full and
@@ -138,21 +140,21 @@ PROFILES = {
     # dataset added nothing five do not show, and cost 3.6 minutes of the cold quick run
     "quick": Profile("quick", limit=500, seeds=(0,), budgets=(10, 30, 50, 70, 100),
                      latency_queries=50,
-                     overrides={"sras": SRAS_QUICK, "crossencoder": CE_QUICK, "anchored": ANCHORED_ENGINE},
+                     overrides={"sras": SRAS_QUICK, "crossencoder": CE_QUICK, "anchored": ANCHORED_SETTINGS},
                     answer_datasets=("triviaqa", "nq"), answer_sample=ANSWER_SAMPLE_QUICK,
                     llm_datasets=("nq",), llm_sample=LLM_SAMPLE_QUICK, pretrained=PRETRAINED_ROWS),
     "full": Profile("full", limit=3000, seeds=(0, 1, 2), pooled_seeds=CE_POOLED_SEEDS,
                     budgets=(10, 30, 50, 70, 100),
                     ablation_seeds=(0, 1, 2), curve_datasets=("triviaqa", "nq"),
                     curve_sizes=(250, 500, 1000, None),
-                    overrides={"sras": SRAS_FULL, "crossencoder": CE_FULL, "anchored": ANCHORED_ENGINE},
+                    overrides={"sras": SRAS_FULL, "crossencoder": CE_FULL, "anchored": ANCHORED_SETTINGS},
                     answer_datasets=DATASETS, answer_sample=ANSWER_SAMPLE_FULL,
                     llm_datasets=LLM_DATASETS, llm_sample=ANSWER_SAMPLE_FULL, transfer=True,
                     pretrained=PRETRAINED_ROWS),
     "large": Profile("large", limit=None, seeds=(0, 1, 2), pooled_seeds=CE_POOLED_SEEDS, budgets=(),
                      ablation_seeds=(),
                      curve_datasets=("triviaqa", "nq"), curve_sizes=(500, 1000, 2000, 4000, None),
-                     overrides={"sras": SRAS_FULL, "crossencoder": CE_FULL, "anchored": ANCHORED_ENGINE},
+                     overrides={"sras": SRAS_FULL, "crossencoder": CE_FULL, "anchored": ANCHORED_SETTINGS},
                      answer_datasets=DATASETS,
                      answer_sample=ANSWER_SAMPLE_FULL, llm_datasets=LLM_DATASETS,
                      llm_sample=ANSWER_SAMPLE_FULL, transfer=True, pretrained=PRETRAINED_ROWS),

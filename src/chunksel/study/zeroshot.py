@@ -262,7 +262,9 @@ def lodo(progress: bool, only: Sequence[str] | None = None, candidates: str = "m
     from chunksel.selectors import make_selector
     from chunksel.study import pretrain
 
-    blocks = json.loads((_pretrained_dir("anchored-base") / "config.json").read_text())["params"]["blocks"]
+    shipped = {name: json.loads((_pretrained_dir(name) / "config.json").read_text())["params"]
+               for name in ("anchored-base", "lambdamart-base")}  # the recipe's choices
+    blocks = shipped["anchored-base"]["blocks"]
     train, val, _ = pretrain.load_pooled(pretrain.LIMIT, progress)
     out = {}
     for ds in only or BENCHMARK_DATASETS:
@@ -275,8 +277,9 @@ def lodo(progress: bool, only: Sequence[str] | None = None, candidates: str = "m
         if candidates != "bm25":  # on BM25 lists the BM25 row is retrieval order
             rows["bm25"] = evaluate_row(make_selector("bm25", progress=False), test, False)
         learned = minilm_scored(test) if candidates == "bm25" else test
-        for key, name, params in (("lambdamart (LODO)", "lambdamart", {}),
-                                  ("anchored (LODO)", "anchored", {"blocks": blocks})):
+        for key, name, params in (
+                ("lambdamart (LODO)", "lambdamart", {"late": shipped["lambdamart-base"].get("late", False)}),
+                ("anchored (LODO)", "anchored", {"blocks": blocks, "late": shipped["anchored-base"].get("late", False)})):
             t = time.time()
             sel = make_selector(name, corpus=pretrain.CORPUS, progress=progress, **params)
             sel.fit(tr, None, va)

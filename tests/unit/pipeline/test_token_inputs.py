@@ -110,3 +110,23 @@ def test_maxsim_by_name_scores_the_callers_vectors():
     given = cs.select(QUESTION, CHUNKS, k=1, question_tokens=q_tok[0], chunk_tokens=codes)
     assert _encoded(cs) == before and given.selected[0].index == raw.selected[0].index == 1
     np.testing.assert_allclose(given.all_scores, raw.all_scores, atol=1e-5)
+
+
+def test_the_server_keeps_a_late_models_chunk_vectors_in_its_cache_file(late_lm, tmp_path):
+    pytest.importorskip("fastapi")
+    httpx = pytest.importorskip("httpx")
+    import sqlite3
+
+    from tests.unit.pipeline.test_server import running
+
+    from chunksel.pipeline.serve_boot import load_for_serving
+    from chunksel.pipeline.server import ServeSettings
+
+    path = tmp_path / "cache.sqlite"
+    cs = load_for_serving(late_lm, ServeSettings(port=0, embedding_cache_path=str(path), embedding_cache_items=100))
+    assert cs.token_cache.max_items == 10 and cs.token_cache.path == path
+    with running(cs) as base:
+        got = httpx.post(base + "/select", json={"question": QUESTION, "chunks": CHUNKS, "k": 1}, timeout=60).json()
+    assert got["selected"][0]["index"] == 1
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT COUNT(*) FROM tok").fetchone()[0] == len(CHUNKS)

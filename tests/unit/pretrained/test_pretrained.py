@@ -248,3 +248,16 @@ def test_pretrained_rows_are_the_shipped_models_as_a_user_calls_them(data_root, 
             assert picks[0][j] == sel.indices[0], (name, inst.question.id)
             assert 0.0 <= per_set["set_p"][j] <= 1.0
     assert pretrained_rows(["lambdamart-base"], test, idx, seen={test[idx[0]].question.id}) == {}
+
+
+def test_the_readme_quickstart_runs_as_written_and_finds_the_evidence(no_data, capsys):
+    """The README's first Python block, executed as it stands: the late-interaction inputs
+    from one encoder pass each, and the chunk that holds the height chosen."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", readme, flags=re.S)[0]
+    exec(compile(code, "README.md quickstart", "exec"), {})
+    picked = [i for i, _ in eval(capsys.readouterr().out.strip().splitlines()[-1])]
+    assert picked[:1] == [2]

@@ -4,12 +4,12 @@ Each candidate scores ``MaxSim(question, title + " " + text)`` over all-MiniLM-L
 token vectors (:mod:`chunksel.retrieval.tokens`): every question word finds its best match
 in the chunk, so a chunk that matches the question word by word beats one that is only
 on the topic. Nothing is learned. By default the question and the chunks are encoded at
-scoring time (one MiniLM pass over them, from raw text), so its cost column is the
-raw-text path. With ``tokens=`` the chunks' token vectors come from where they are kept
-(the chunk cache, or the bulk job's shards) and only the question is encoded. Token
-vectors already on the instances (``Question.tokens``, ``Candidate.tokens``: what
+scoring time (one MiniLM pass over them, from raw text). With ``tokens=`` the chunks'
+token vectors come from where they are kept (the chunk cache, or the bulk job's shards)
+and only the question is encoded. Token vectors already on the instances
+(``Question.tokens``, ``Candidate.tokens``: what
 :class:`~chunksel.pipeline.chunk_selector.ChunkSelector` passes when the caller gives
-them) are used as they are: nothing is encoded.
+them, and the study's cost stage) are used as they are: nothing is encoded.
 """
 
 from __future__ import annotations

@@ -3,13 +3,15 @@ on one thread (:func:`chunksel.eval.cost.selector_cost`), each over the whole qu
 cold:
 
 - ``p50_ms`` / ``p95_ms``: from the question and its K chunks as a retriever hands them
-  over (texts, embeddings, retrieval scores) to the scores (:func:`cold_path`);
+  over (texts, embeddings, retrieval scores, and for late interaction the question's and
+  the chunks' stored token vectors, :func:`with_tokens`) to the scores (:func:`cold_path`);
 - ``text_p50_ms`` / ``text_p95_ms``: from raw text (:func:`text_path`): the question and
   the chunk texts encoded with the packaged MiniLM encoder in one call, no embedding
   cache, the retrieval scores their cosines, then the same path. Only what the selector
   reads is encoded (:func:`~chunksel.selectors.provenance.selector_inputs`, as
   ``ChunkSelector`` does), so the selectors that read neither embeddings nor retrieval
-  scores time the same path twice.
+  scores time the same path twice; a late selector's token vectors are encoded inside
+  its scoring (MaxSim from the texts).
 
 Cold: every feature is computed per call. Evaluation has just filled the in-process
 LETOR memo with these very test instances, so the stage turns it off
@@ -44,9 +46,26 @@ def cold_path(selector, features) -> Callable[[Instance], np.ndarray]:
 
 
 def raw(inst: Instance) -> Instance:
-    """``inst`` as raw text gives it: no embeddings, no retrieval scores."""
-    return replace(inst, question=replace(inst.question, embedding=None),
-                   candidates=[replace(c, embedding=None, score=math.nan) for c in inst.candidates])
+    """``inst`` as raw text gives it: no embeddings, no retrieval scores, no token vectors."""
+    return replace(inst, question=replace(inst.question, embedding=None, tokens=None),
+                   candidates=[replace(c, embedding=None, score=math.nan, tokens=None) for c in inst.candidates])
+
+
+def with_tokens(selector, queries: list[Instance]) -> list[Instance]:
+    """``queries`` as a retriever that stores token vectors hands them over (late
+    interaction, a selector that reads ``"token_vectors"``): the question's from its own
+    encoder pass, each chunk's int8 codes, computed here before any timing."""
+    from chunksel.retrieval.tokens import chunk_codes, token_vectors
+    from chunksel.selectors.late_features import scorer
+
+    sc = scorer(getattr(selector, "tokens", None))
+    out = []
+    for inst in queries:
+        (q,) = token_vectors(sc.encoder(), [inst.question.text])
+        codes = chunk_codes(sc.encoder(), [sc.chunk_text(c) for c in inst.candidates])
+        out.append(replace(inst, question=replace(inst.question, tokens=q),
+                           candidates=[replace(c, tokens=t) for c, t in zip(inst.candidates, codes, strict=True)]))
+    return out
 
 
 @functools.cache
@@ -97,6 +116,8 @@ def measure_cost(selector, batch, features, n: int, encoder: Any = None) -> dict
     from chunksel.threads import limit_threads
 
     queries = list(batch[:n])
+    if "token_vectors" in selector_inputs(selector):
+        queries = with_tokens(selector, queries)  # the given path has them; raw() strips them
     fits = True
     if selector_inputs(selector) & ENCODED:
         try:

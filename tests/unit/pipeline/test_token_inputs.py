@@ -130,3 +130,18 @@ def test_the_server_keeps_a_late_models_chunk_vectors_in_its_cache_file(late_lm,
     assert got["selected"][0]["index"] == 1
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT COUNT(*) FROM tok").fetchone()[0] == len(CHUNKS)
+
+
+def test_the_cost_stage_times_a_late_model_with_its_stored_vectors_given(late_lm):
+    from chunksel.selectors import load_selector
+    from chunksel.selectors.letor import memo_off
+    from chunksel.study.cost import raw, with_tokens
+
+    sel = load_selector(late_lm)
+    insts = _instances("e", flip=True, split="test")[:3]
+    given = with_tokens(sel, insts)
+    assert given[0].question.tokens is not None and insts[0].question.tokens is None
+    assert all(c.tokens is not None and c.tokens.dtype == np.int8 for i in given for c in i.candidates)
+    assert all(c.tokens is None for c in raw(given[0]).candidates) and raw(given[0]).question.tokens is None
+    with memo_off():  # the same scores as from the texts
+        np.testing.assert_allclose(sel.score(given), sel.score(insts), atol=1e-5)

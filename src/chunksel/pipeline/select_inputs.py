@@ -257,17 +257,19 @@ def fill_embeddings(encoder: Any, cache: EmbeddingCache | None, inputs: frozense
         qemb_l[i] = q_vecs[n]
     return {"chunks": len(flat), "chunks_encoded": n_encoded, "questions": len(qs)}
 
-def make_cache(spec: Any) -> Any:
-    """``embedding_cache=`` of :class:`ChunkSelector` -> an EmbeddingCache or None."""
+def make_cache(spec: Any, kind: type = EmbeddingCache, arg: str = "embedding_cache") -> Any:
+    """``embedding_cache=`` (or, with ``kind=TokenCache``, ``token_cache=``) of
+    :class:`ChunkSelector` -> a cache of that kind or None: ``True`` = memory only, a path =
+    backed by that SQLite file, ``False``/``None`` = none, or a cache object."""
     if spec is None or spec is False:
         return None
     if spec is True:
-        return EmbeddingCache()
+        return kind()
     if isinstance(spec, (str, Path)):
-        return EmbeddingCache(path=spec)
-    if isinstance(spec, EmbeddingCache):
+        return kind(path=spec)
+    if isinstance(spec, kind):
         return spec
-    raise ConfigError(f"embedding_cache must be True, False, a SQLite path or an EmbeddingCache, got {spec!r}")
+    raise ConfigError(f"{arg} must be True, False, a SQLite path or a {kind.__name__}, got {spec!r}")
 
 
 def trained_dim(selector: Any, provenance: dict[str, Any]) -> int:

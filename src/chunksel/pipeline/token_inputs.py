@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from chunksel.errors import ConfigError
-from chunksel.pipeline.select_inputs import field_error
+from chunksel.pipeline.select_inputs import field_error, make_cache
 from chunksel.retrieval.chunk_cache import TokenCache, tokens_cached
 
 
@@ -37,15 +35,7 @@ def make_token_cache(spec: Any) -> TokenCache | None:
     """``token_cache=`` of :class:`ChunkSelector` -> a TokenCache or None: ``True`` = a
     memory-only one (2,000 chunks, about 100 MB), a path = one backed by that SQLite file
     (the embedding cache's file will do), ``False``/``None`` = none, or a cache object."""
-    if spec is None or spec is False:
-        return None
-    if spec is True:
-        return TokenCache()
-    if isinstance(spec, (str, Path)):
-        return TokenCache(path=spec)
-    if isinstance(spec, TokenCache):
-        return spec
-    raise ConfigError(f"token_cache must be True, False, a SQLite path or a TokenCache, got {spec!r}")
+    return make_cache(spec, TokenCache, "token_cache")
 
 
 def _matrix(arr: Any, field: str, where: str, dim: int) -> np.ndarray:

@@ -145,3 +145,12 @@ def test_the_cost_stage_times_a_late_model_with_its_stored_vectors_given(late_lm
     assert all(c.tokens is None for c in raw(given[0]).candidates) and raw(given[0]).question.tokens is None
     with memo_off():  # the same scores as from the texts
         np.testing.assert_allclose(sel.score(given), sel.score(insts), atol=1e-5)
+
+
+def test_token_cache_settings():
+    from chunksel.errors import ConfigError
+    from chunksel.pipeline.token_inputs import make_token_cache
+
+    assert make_token_cache(False) is None and isinstance(make_token_cache(True), TokenCache)
+    with pytest.raises(ConfigError, match="token_cache must be True, False, a SQLite path or a TokenCache"):
+        make_token_cache(3)

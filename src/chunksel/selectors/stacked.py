@@ -30,6 +30,7 @@ import numpy as np
 from chunksel.errors import ConfigError, DataError
 from chunksel.selectors.base import QuestionFeatures, Selector
 from chunksel.selectors.crossencoder import rank1, standardised
+from chunksel.selectors.late_features import late_cost
 from chunksel.types import Instance
 
 #: stacking weights tried on validation with ``weight="auto"`` (0: the base alone)
@@ -84,6 +85,8 @@ class StackedSelector(Selector):
         self.weight = weight
         self.base_params = dict(base_params or {})
         self.member_params = dict(member_params or {})
+        # the base's late-interaction columns add its token vectors to the query cost
+        self.query_cost = late_cost(type(self).query_cost, bool(self.base_params.get("late")))
         self.seed = seed
         self.progress = progress
         self.base_: Any = None

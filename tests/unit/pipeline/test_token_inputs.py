@@ -44,6 +44,8 @@ def test_a_late_ranker_reads_token_vectors_and_says_so_in_its_cost(late_lm):
     assert "token_vectors" in cs.inputs and cs.selector.query_cost == "bm25+tokens"
     assert make_selector("lambdamart").query_cost == "bm25"
     assert make_selector("maxsim").query_cost == "tokens"
+    assert make_selector("anchored-ce", base_params={"late": True}).query_cost == "warmup+bm25+tokens"
+    assert make_selector("lambdamart-late").late and make_selector("lambdamart-late").query_cost == "bm25+tokens"
     assert "token_vectors" in selector_inputs(make_selector("anchored", blocks="letor+lambdamart", late=True))
     assert "token_vectors" not in selector_inputs(make_selector("anchored", blocks="letor+lambdamart"))
     assert cs.token_cache is not None and ChunkSelector.load("retrieval").token_cache is None

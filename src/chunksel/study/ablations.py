@@ -10,8 +10,10 @@ import numpy as np
 
 from chunksel.study.fitting import combine_hits, say
 from chunksel.study.profiles import (
+    AGREEMENT_ROWS,
     FLAGSHIP,
     GENERATOR_ABLATION,
+    LAMBDAMART,
     PARTS_ABLATION,
     REPRODUCTION,
     STACKED,
@@ -64,8 +66,10 @@ def generator_ablation(study: Study) -> GeneratorAblation:
 
 def significance(study: Study, baselines: Sequence[str]) -> dict[str, list[Comparison]]:
     """Per dataset: the flagship, the stacked flagship and the paper prototype against the
-    dataset's strongest baseline (chosen on validation), and the flagship against retrieval
-    order."""
+    dataset's strongest baseline (chosen on validation), the two flagships against
+    LambdaMART where it is not that baseline (a row is significantly better only against
+    both: :func:`chunksel.study.targets.flagship_targets`), and the flagship against
+    retrieval order."""
     from chunksel.eval.significance import significance_entry
 
     out: dict[str, list[Comparison]] = {}
@@ -74,6 +78,8 @@ def significance(study: Study, baselines: Sequence[str]) -> dict[str, list[Compa
     for ds in study.datasets:
         best = study.strongest(baselines, ds)
         pairs = [(a, best) for a in (FLAGSHIP, STACKED, REPRODUCTION) if a in study.hits]
+        if LAMBDAMART in study.hits and best != LAMBDAMART:  # "significantly better" needs both
+            pairs += [(a, LAMBDAMART) for a in (FLAGSHIP, STACKED) if a in study.hits]
         if FLAGSHIP in study.hits and "retrieval" in study.hits and best != "retrieval":
             pairs.append((FLAGSHIP, "retrieval"))
         entries = []
@@ -84,4 +90,23 @@ def significance(study: Study, baselines: Sequence[str]) -> dict[str, list[Compa
                 significance_entry(a, b, a_rate, b_rate, seed=study.seed, majority=(a_major, b_major))))
         if entries:
             out[ds] = entries
+    return out
+
+
+def top1_agreement(study: Study) -> dict[str, dict[str, float | int]]:
+    """Per dataset: the share (%) of test questions on which the flagship's top-ranked
+    candidate is the same as each of :data:`AGREEMENT_ROWS`' (first seed each), and ``n``."""
+    out: dict[str, dict[str, float | int]] = {}
+    if FLAGSHIP not in study.picks:
+        return out
+    for ds in study.datasets:
+        mine = study.picks[FLAGSHIP].get(ds)
+        if not mine:
+            continue
+        row: dict[str, float | int] = {"n": len(mine)}
+        for other in AGREEMENT_ROWS:
+            theirs = study.picks.get(other, {}).get(ds)
+            if theirs and len(theirs) == len(mine):
+                row[other] = 100.0 * float(np.mean(np.asarray(mine) == np.asarray(theirs)))
+        out[ds] = row
     return out

@@ -55,6 +55,11 @@ FLAGSHIP = "anchored"
 #: the flagship's accurate operating point: the cross-encoder's score stacked on it
 STACKED = "anchored-ce"
 REPRODUCTION = "prototype"
+#: the ranker the flagship is read against beside the validation-picked peer: a dataset is
+#: "significantly better" only against both (chunksel.study.targets)
+LAMBDAMART = "lambdamart"
+#: the rows whose top-1 the flagship's is compared with (chunksel.study.ablations.top1_agreement)
+AGREEMENT_ROWS = (LAMBDAMART, "lambdamart-late")
 #: the flagship's generator ablation: its blocks with and without h and r
 GENERATOR_ABLATION: dict[str, tuple[str, ...]] = {
     "with h, r": ("hs", "rw", "q", "chunk", "letor", "lambdamart"),

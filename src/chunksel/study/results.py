@@ -31,6 +31,7 @@ same layout without Table 4, and is read as such)::
                                 "reference": <selector> | null, "diff": {<dataset>: [d, lo, hi]},
                                 "never_trained": [<dataset>]}},
       "significance": {<dataset>: [comparison, ...]},
+      "top1_agreement": {<dataset>: {"n": int, <selector>: %}},
       "learning_curve": {<dataset>: {"usable_train": int, "sizes": [int],
                                      "per_selector": {<selector>: {<size>: %}}}},
       "answers": {<dataset>: answer_table(...) output},      # Table 4 (version 2)
@@ -107,6 +108,8 @@ class BenchResults:
     #: selector -> leave-one-dataset-out row (chunksel.study.transfer; full and large profiles)
     transfer: dict[str, TransferRow] = field(default_factory=dict)
     significance: dict[str, list[Comparison]] = field(default_factory=dict)
+    #: dataset -> {"n": test questions, <row>: % whose top-1 is the flagship's} (first seeds)
+    top1_agreement: dict[str, dict[str, float]] = field(default_factory=dict)
     learning_curve: dict[str, LearningCurve] = field(default_factory=dict)
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
     llm: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -157,6 +160,7 @@ class BenchResults:
             "pooled": {n: {"per_dataset": r.per_dataset, "pooled": r.pooled} for n, r in self.pooled.items()},
             "transfer": {n: asdict(r) for n, r in self.transfer.items()},
             "significance": {d: [c.to_dict() for c in cs] for d, cs in self.significance.items()},
+            "top1_agreement": self.top1_agreement,
             "learning_curve": {d: {"usable_train": c.usable_train, "sizes": c.sizes, "per_selector": c.per_selector}
                                for d, c in self.learning_curve.items()},
             "answers": self.answers,
@@ -240,6 +244,8 @@ class BenchResults:
             instance_stats=dict(_map(x.get("instance_stats"), "instance_stats")),
             table2=table2, table3=table3, generator_ablation=ga, pooled=pooled, transfer=transfer,
             significance=sig,
+            top1_agreement={str(d): dict(_map(v, f"top1_agreement.{d}"))
+                            for d, v in _map(x.get("top1_agreement"), "top1_agreement").items()},
             learning_curve=curves, answers=dict(_map(x.get("answers"), "answers")),
             llm=dict(_map(x.get("llm"), "llm")),
             abstention=dict(_map(x.get("abstention"), "abstention")),

@@ -359,6 +359,7 @@ def run_study(
         pooled=pooled.pooled(study, baselines),
         transfer=transfer.transfer(study),
         significance=ablations.significance(study, baselines),
+        top1_agreement=ablations.top1_agreement(study),
         learning_curve=curves.learning_curves(study),
         llm=llm_table.llm_table(study),
         answers=answers.answers(study),

@@ -10,7 +10,7 @@ import numpy as np
 
 from chunksel.study.format import DASH, Results, fmt_p, md_table, table1_average
 from chunksel.study.names import dataset_label, selector_label
-from chunksel.study.profiles import STACKED
+from chunksel.study.profiles import AGREEMENT_ROWS, LAMBDAMART, STACKED
 from chunksel.study.records import Comparison
 from chunksel.study.results import BenchResults, as_results
 
@@ -49,23 +49,33 @@ def flagship_targets(results: Results, flag: str | None = None) -> dict[str, Any
     over every dataset of the report; per dataset: the paired difference and its 95%
     interval, classed ``better`` or ``worse`` only when the interval excludes 0 on that side and
     McNemar's p < 0.05 both hold (:meth:`~chunksel.study.records.Comparison.verdict`), else
-    ``tie`` (``interval_only`` marks a tie whose interval alone excludes 0).
+    ``tie`` (``interval_only`` marks a tie whose interval alone excludes 0). ``better`` also
+    needs the same against LambdaMART where the significance table compares with it (the
+    dataset's strongest baseline is another row); that comparison is ``vs_lambdamart``.
     """
     res = as_results(results)
     flag = flag or res.flagship
     if not flag or flag not in res.table1:
         return None
     per_ds: dict[str, Comparison] = {}
+    vs_lm: dict[str, Comparison] = {}
     for d in res.datasets:
         best = res.strongest_per_dataset.get(d)
         for c in res.significance.get(d, []):
             if c.a == flag and c.b == best:
                 per_ds[d] = c
+            elif c.a == flag and c.b == LAMBDAMART:
+                vs_lm[d] = c
     if not per_ds:
         return None
     rows = {d: {"baseline": c.b, "diff": c.diff, "lo": c.lo, "hi": c.hi, "p": c.p, "class": c.verdict(),
                 "interval_only": c.verdict() == "tie" and (c.lo > 0 or c.hi < 0)}
             for d, c in per_ds.items()}
+    for d, c in vs_lm.items():  # better only when better than LambdaMART too
+        if d in rows:
+            rows[d]["vs_lambdamart"] = {"diff": c.diff, "lo": c.lo, "hi": c.hi, "p": c.p, "class": c.verdict()}
+            if rows[d]["class"] == "better" and c.verdict() != "better":
+                rows[d]["class"] = "tie"
     datasets = list(res.datasets)
     flag_avg = table1_average(res.table1[flag], datasets)[0]
     out: dict[str, Any] = {"flagship": flag, "per_dataset": rows, "datasets": datasets,
@@ -145,13 +155,28 @@ def format_flagship_targets(results: Results, flag: str | None = None) -> str:
                  _verdict(t["n_better"] >= need) if t["large"] else DASH,
                  DASH if not t["large"] or t["n_better"] >= need else f"{need - t['n_better']} dataset(s)"])
     text = md_table(["Criterion", "Measured", "Target", "Verdict", "Short by"], rows, ["l", "r", "r", "l", "r"])
-    per = ", ".join(f"{dataset_label(d)} {r['diff']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}]"
-                    + (f" p={fmt_p(r['p'])}" if r.get("p") is not None else "")
-                    + f" vs {selector_label(r['baseline'])}" for d, r in t["per_dataset"].items())
+    def cmp(r: dict[str, Any]) -> str:
+        return (f"{r['diff']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}]"
+                + (f" p={fmt_p(r['p'])}" if r.get("p") is not None else ""))
+
+    per = ", ".join(f"{dataset_label(d)} {cmp(r)} vs {selector_label(r['baseline'])}"
+                    + (f" and {cmp(r['vs_lambdamart'])} vs {selector_label(LAMBDAMART)}" if "vs_lambdamart" in r else "")
+                    for d, r in t["per_dataset"].items())
     text += (f"\n\nPer dataset (Δ, 95% interval and McNemar p, pp): {per}. A dataset counts as significantly "
-             "better or below only when the interval excludes 0 and McNemar's p < 0.05 both hold")
+             "better or below only when the interval excludes 0 and McNemar's p < 0.05 both hold; better "
+             f"also needs both against {selector_label(LAMBDAMART)}")
     loose = [dataset_label(d) for d, r in t["per_dataset"].items() if r.get("interval_only")]
     text += (f"; on {', '.join(loose)} the interval alone excludes 0." if loose else ".")
+    if t["flagship"] == res.flagship and res.top1_agreement:
+        parts = []
+        for other in AGREEMENT_ROWS:
+            cells = [f"{dataset_label(d)} {a[other]:.1f}%" for d, a in res.top1_agreement.items() if other in a]
+            if cells:
+                parts.append(f"as {selector_label(other)}'s on {', '.join(cells)}")
+        if parts:
+            n = ", ".join(f"{dataset_label(d)} {int(a['n'])}" for d, a in res.top1_agreement.items())
+            text += (f"\n\nThe flagship's top-1 is the same {'; '.join(parts)} (first seeds, every test "
+                     f"question: {n}).")
     missed = any(r[3] == "not met" for r in rows)
     if missed and t["flagship"] == res.flagship:  # the curves and the ablation are the flagship's
         why = _curve_sentences(res, t["flagship"], res.strongest_baseline)

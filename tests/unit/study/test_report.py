@@ -403,3 +403,35 @@ def test_significance_needs_the_interval_and_mcnemar_to_agree():
     t = flagship_targets(r)
     assert t["per_dataset"]["triviaqa"]["class"] == "tie" and t["per_dataset"]["triviaqa"]["interval_only"]
     assert "on TriviaQA the interval alone excludes 0" in format_flagship_targets(r)
+
+
+def test_better_than_the_peer_counts_only_when_better_than_lambdamart_too_and_top1_agreement_is_shown():
+    """Where validation picked another peer (here LambdaMART + MaxSim on TriviaQA), a dataset
+    counts as significantly better only when the flagship beats LambdaMART by both tests as
+    well; the flagship's top-1 agreement with the two LambdaMART rows is read out."""
+    from chunksel.study.targets import flagship_targets, format_flagship_targets
+
+    r = _flagship_results("large")
+    r["strongest_per_dataset"]["triviaqa"] = "lambdamart-late"
+    r["table1"]["lambdamart-late"] = {"per_dataset": {"triviaqa": {"seeds": [69.0], "n": 100},
+                                                      "nq": {"seeds": [75.0], "n": 100}}}
+    peer = {"a": "anchored", "b": "lambdamart-late", "diff": 3.0, "lo": 1.0, "hi": 5.0, "p": 0.01, "n": 100,
+            "acc_a": 72.0, "acc_b": 69.0}
+    r["significance"]["triviaqa"][0] = {**r["significance"]["triviaqa"][0], "lo": -0.5, "p": 0.2}  # vs LambdaMART
+    r["significance"]["triviaqa"].insert(0, peer)
+    r["top1_agreement"] = {"triviaqa": {"n": 120, "lambdamart": 97.5, "lambdamart-late": 99.1667},
+                           "nq": {"n": 80, "lambdamart": 100.0}}
+    t = flagship_targets(r)
+    row = t["per_dataset"]["triviaqa"]
+    assert row["baseline"] == "lambdamart-late" and row["vs_lambdamart"]["p"] == 0.2
+    assert row["class"] == "tie" and t["n_better"] == 0  # better than the peer, not than LambdaMART
+    r["significance"]["triviaqa"][1] = {**r["significance"]["triviaqa"][1], "lo": 1.5, "p": 0.01}
+    assert flagship_targets(r)["per_dataset"]["triviaqa"]["class"] == "better"
+    text = format_flagship_targets(r)
+    assert "+3.00 [+1.00, +5.00] p=0.0100 vs LambdaMART + MaxSim and +4.00 [+1.50, +6.50] p=0.0100 vs LambdaMART" in text
+    assert ("top-1 is the same as LambdaMART's on TriviaQA 97.5%, NQ 100.0%; as LambdaMART + MaxSim's on "
+            "TriviaQA 99.2% (first seeds, every test question: TriviaQA 120, NQ 80)") in text
+    from chunksel.study.results import BenchResults
+
+    again = json.loads(json.dumps(BenchResults.from_dict(r).to_dict()))  # the record round-trips
+    assert again["top1_agreement"]["triviaqa"]["lambdamart"] == 97.5

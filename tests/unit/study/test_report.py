@@ -435,3 +435,18 @@ def test_better_than_the_peer_counts_only_when_better_than_lambdamart_too_and_to
 
     again = json.loads(json.dumps(BenchResults.from_dict(r).to_dict()))  # the record round-trips
     assert again["top1_agreement"]["triviaqa"]["lambdamart"] == 97.5
+
+
+def test_top1_agreement_compares_the_first_seeds_picks():
+    from types import SimpleNamespace
+
+    from chunksel.study.ablations import top1_agreement
+
+    study = SimpleNamespace(datasets=["nq", "popqa"], picks={
+        "anchored": {"nq": [0, 1, 2, 3], "popqa": [1, 1]},
+        "lambdamart": {"nq": [0, 1, 0, 3], "popqa": [1, 0]},
+        "lambdamart-late": {"nq": [0, 1, 2, 3]},
+    })
+    got = top1_agreement(study)
+    assert got == {"nq": {"n": 4, "lambdamart": 75.0, "lambdamart-late": 100.0}, "popqa": {"n": 2, "lambdamart": 50.0}}
+    assert top1_agreement(SimpleNamespace(datasets=["nq"], picks={})) == {}

@@ -113,7 +113,7 @@ class MaxSimSelector(Selector):
         return [g for g in got if g is not None]
 
     def _score(self, batch: Sequence[Instance], features: QuestionFeatures | None, k: int) -> np.ndarray:
-        from chunksel.retrieval.tokens import maxsim, token_vectors
+        from chunksel.retrieval.tokens import maxsim_many, token_vectors
 
         todo = [b for b, inst in enumerate(batch) if inst.question.tokens is None]
         encoded = iter(token_vectors(self.encoder(), [batch[b].question.text for b in todo]) if todo else [])
@@ -122,9 +122,9 @@ class MaxSimSelector(Selector):
         out = np.full((len(batch), k), -np.inf)
         at = 0
         for b, inst in enumerate(batch):
-            for j in range(len(inst.candidates)):
-                out[b, j] = maxsim(questions[b], chunks[at + j])
-            at += len(inst.candidates)
+            n = len(inst.candidates)
+            out[b, :n] = maxsim_many(questions[b], chunks[at:at + n])
+            at += n
         return out
 
     def _load_state(self, path: Path, state: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from chunksel.retrieval.tokens import (
     BYTES_PER_TOKEN,
     TokenShards,
     maxsim,
+    maxsim_many,
     pack,
     token_vectors,
     unpack,
@@ -141,3 +142,20 @@ def test_the_token_cache_keeps_int8_codes_only(tmp_path):
         cache.put_many(["x"], [np.ones((2, 384), dtype=np.float16)])
     with pytest.raises(ConfigError, match="token cache max_items"):
         TokenCache(max_items=-1)
+
+
+def test_maxsim_many_is_maxsim_for_each_chunk_in_one_product():
+    rng = np.random.default_rng(3)
+
+    def unit(n):
+        x = rng.normal(size=(n, 384)).astype(np.float32)
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    q = unit(7)
+    chunks = [pack(unit(n)) for n in (1, 40, 130, 9)]
+    np.testing.assert_allclose(maxsim_many(q, chunks), [maxsim(q, c) for c in chunks], atol=1e-6)
+    mixed = [chunks[0], unpack(chunks[1])]  # codes and floats together
+    np.testing.assert_allclose(maxsim_many(q, mixed), [maxsim(q, c) for c in mixed], atol=1e-6)
+    assert maxsim_many(q, []).shape == (0,)
+    with pytest.raises(DataError, match="non-empty"):
+        maxsim_many(q, [chunks[0], np.zeros((0, 384), dtype=np.int8)])

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "README.md"
 
-NAMES = {"LambdaMART": "lambdamart", "RankSVM": "ranksvm", "BM25": "bm25",
+NAMES = {"LambdaMART": "lambdamart", "LambdaMART + MaxSim": "lambdamart-late", "RankSVM": "ranksvm", "BM25": "bm25",
          "MiniLM-L6 cross-encoder": "crossencoder", "retrieval order": "retrieval"}
 
 

@@ -374,10 +374,14 @@ class ChunkSelector:
         if self.inputs & (_ENCODER_INPUTS | {"token_vectors"}):
             check_deadline(deadline, "encode")
             t = time.perf_counter()
+            # without an embedding cache, this call's own holds the chunks' embeddings of the token pass
+            emb_cache = self.embedding_cache
+            if emb_cache is None and "token_vectors" in self.inputs:
+                emb_cache = make_cache(True)
             if "token_vectors" in self.inputs:  # first: a question's embedding comes from the same pass
                 fill_tokens(lambda: self.encoder, self.token_cache, questions, texts, title_l, n_scored,
-                            qtok_l, ctok_l, qemb_l)
-            fill_embeddings(lambda: self.encoder, self.embedding_cache, self.inputs, questions, texts, title_l, n_scored,
+                            qtok_l, ctok_l, qemb_l, emb_cache)
+            fill_embeddings(lambda: self.encoder, emb_cache, self.inputs, questions, texts, title_l, n_scored,
                             emb_l, qemb_l, skip_scores=[s is not None for s in scores_l])
             check_question_embeddings(qemb_l, emb_l, None)
             timings["encode"] = (time.perf_counter() - t) * 1e3

@@ -200,6 +200,11 @@ def check_question_embeddings(qemb_l: list[Any], emb_l: list[Any], dim: int | No
         qemb_l[i] = unit(arr)
 
 
+def encoder_cache_id(encoder: Any) -> str:
+    """What the embedding cache keys an encoder's vectors by."""
+    return str(getattr(encoder, "cache_id", "") or getattr(encoder, "model_id", "") or type(encoder).__name__)
+
+
 def fill_embeddings(encoder: Any, cache: EmbeddingCache | None, inputs: frozenset[str] | set[str],
                     questions: list[str], texts: list[list[str]], titles: list[Any], n_scored: list[int],
                     emb_l: list[Any], qemb_l: list[Any], skip_scores: list[bool]) -> dict[str, int]:
@@ -232,7 +237,7 @@ def fill_embeddings(encoder: Any, cache: EmbeddingCache | None, inputs: frozense
 
     if cache is not None and flat:
         # chunks through the cache; the questions go with the cache misses in one call
-        enc_id = str(getattr(encoder, "cache_id", "") or getattr(encoder, "model_id", "") or type(encoder).__name__)
+        enc_id = encoder_cache_id(encoder)
         got = cache.get_many([cache_key(t, enc_id) for t in flat])
         missing = list(dict.fromkeys(flat[j] for j, v in enumerate(got) if v is None))
         vecs = encode(missing + qs) if missing or qs else None

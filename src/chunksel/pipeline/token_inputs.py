@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from chunksel.pipeline.select_inputs import field_error, make_cache
-from chunksel.retrieval.chunk_cache import TokenCache, tokens_cached
+from chunksel.pipeline.select_inputs import encoder_cache_id, field_error, make_cache
+from chunksel.retrieval.chunk_cache import TokenCache, cache_key, tokens_cached
 
 
 def make_token_cache(spec: Any) -> TokenCache | None:
@@ -91,12 +91,14 @@ def check_tokens(qtok_l: list[Any], ctok_l: list[Any], texts: list[list[str]], d
 
 def fill_tokens(encoder: Callable[[], Any], cache: TokenCache | None, questions: list[str],
                 texts: list[list[str]], titles: list[Any], n_scored: list[int], qtok_l: list[Any],
-                ctok_l: list[Any], qemb_l: list[Any]) -> dict[str, int]:
+                ctok_l: list[Any], qemb_l: list[Any], emb_cache: Any = None) -> dict[str, int]:
     """Fill in what the caller did not give: each question's token vectors (with its
     embedding from the same pass when that is missing too) and each scored chunk's codes
-    (``title + " " + text``, through ``cache``). ``encoder`` returns the retriever encoder;
-    it is called only when something is encoded. Returns ``{"questions", "chunks"}``
-    encoded (chunks: those the cache did not hold)."""
+    (``title + " " + text``, through ``cache``). A chunk encoded here gives its embedding
+    from the same pass to ``emb_cache`` (the embedding cache), so the embedding fill that
+    follows finds it there instead of encoding the chunk again. ``encoder`` returns the
+    retriever encoder; it is called only when something is encoded. Returns
+    ``{"questions", "chunks"}`` encoded (chunks: those the cache did not hold)."""
     todo_q = [i for i, t in enumerate(qtok_l) if t is None]
     todo_c = [(i, j) for i in range(len(texts)) for j in range(n_scored[i])
               if ctok_l[i] is None or ctok_l[i][j] is None]
@@ -113,7 +115,11 @@ def fill_tokens(encoder: Callable[[], Any], cache: TokenCache | None, questions:
     n_before = cache.misses if cache is not None else 0
     flat = [((titles[i][j] + " " if titles[i] is not None and titles[i][j] else "") + texts[i][j]).strip()
             for i, j in todo_c]
-    codes = tokens_cached(enc, flat, cache) if flat else []
+    sink = None
+    if emb_cache is not None and enc is given:  # the embeddings of the same pass, kept for the embedding fill
+        enc_id = encoder_cache_id(given)
+        sink = lambda batch, vecs: emb_cache.put_many([cache_key(t, enc_id) for t in batch], vecs)  # noqa: E731
+    codes = tokens_cached(enc, flat, cache, sink) if flat else []
     for (i, j), c in zip(todo_c, codes, strict=True):
         if ctok_l[i] is None:
             ctok_l[i] = [None] * len(texts[i])

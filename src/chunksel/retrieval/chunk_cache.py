@@ -215,20 +215,30 @@ class TokenCache(_Tiered):
                   [(k, c.shape[0], c.shape[1], c.tobytes()) for k, c in zip(keys, codes, strict=True)])
 
 
-def tokens_cached(encoder: Any, texts: Sequence[str], cache: TokenCache | None) -> list[np.ndarray]:
+def tokens_cached(encoder: Any, texts: Sequence[str], cache: TokenCache | None,
+                  embeddings: Callable[[list[str], np.ndarray], None] | None = None) -> list[np.ndarray]:
     """Each chunk text's stored token vectors (int8 codes): from ``cache`` where it holds
-    them, the rest encoded in one call and stored."""
-    from chunksel.retrieval.tokens import chunk_codes
+    them, the rest encoded in one call and stored. ``embeddings``: given, the texts encoded
+    here go through :meth:`~chunksel.retrieval.encoder.Encoder.encode_with_tokens` and it
+    receives their embeddings from the same pass (``embeddings(texts, vectors)``)."""
+    from chunksel.retrieval.tokens import chunk_codes, pack
+
+    def encode(batch: list[str]) -> list[np.ndarray]:
+        if embeddings is None or not batch:
+            return chunk_codes(encoder, batch)
+        vecs, toks = encoder.encode_with_tokens(batch)
+        embeddings(batch, vecs)
+        return [pack(t) for t in toks]
 
     texts = list(texts)
     if cache is None or not texts:
-        return chunk_codes(encoder, texts)
+        return encode(texts)
     keys = [cache_key(t, encoder.model_id + "#tokens") for t in texts]
     got = cache.get_many(keys)
     todo = [i for i, v in enumerate(got) if v is None]
     if todo:
         uniq = list(dict.fromkeys(texts[i] for i in todo))
-        codes = chunk_codes(encoder, uniq)
+        codes = encode(uniq)
         cache.put_many([cache_key(t, encoder.model_id + "#tokens") for t in uniq], codes)
         by_text = dict(zip(uniq, codes, strict=True))
         for i in todo:

@@ -10,8 +10,9 @@ cold:
   cache, the retrieval scores their cosines, then the same path. Only what the selector
   reads is encoded (:func:`~chunksel.selectors.provenance.selector_inputs`, as
   ``ChunkSelector`` does), so the selectors that read neither embeddings nor retrieval
-  scores time the same path twice; a late selector's token vectors are encoded inside
-  its scoring (MaxSim from the texts).
+  scores time the same path twice; a late selector that reads embeddings gets its token
+  vectors from the same encoder pass (``encode_with_tokens``), and ``maxsim`` alone
+  encodes them inside its scoring.
 
 Cold: every feature is computed per call. Evaluation has just filled the in-process
 LETOR memo with these very test instances, so the stage turns it off
@@ -82,16 +83,25 @@ def text_path(selector, features, encoder: Any) -> Callable[[Instance], np.ndarr
     from chunksel.selectors.bm25_stats import passage_text
     from chunksel.selectors.provenance import selector_inputs
 
-    if not selector_inputs(selector) & ENCODED:
+    inputs = selector_inputs(selector)
+    if not inputs & ENCODED:
         return cold_path(selector, features)
+    late = "token_vectors" in inputs
 
     def run(inst: Instance) -> np.ndarray:
+        from chunksel.retrieval.tokens import pack
+
         texts = [passage_text(c.title, c.text) for c in inst.candidates] + [inst.question.text]
-        vecs = np.asarray(encoder.encode(texts, progress=False), dtype=np.float32)
+        if late:  # one pass gives the embeddings and the token vectors (as ChunkSelector does)
+            vecs, toks = encoder.encode_with_tokens(texts)
+        else:
+            vecs, toks = np.asarray(encoder.encode(texts, progress=False), dtype=np.float32), None
         e, q = vecs[:-1], vecs[-1]
         cos = (e @ q).tolist()
-        enc = replace(inst, question=replace(inst.question, embedding=q),
-                      candidates=[replace(c, embedding=e[j], score=cos[j]) for j, c in enumerate(inst.candidates)])
+        enc = replace(inst, question=replace(inst.question, embedding=q,
+                                             tokens=None if toks is None else toks[-1].astype(np.float32)),
+                      candidates=[replace(c, embedding=e[j], score=cos[j], tokens=None if toks is None else pack(toks[j]))
+                                  for j, c in enumerate(inst.candidates)])
         return selector.score([enc], features)
 
     return run

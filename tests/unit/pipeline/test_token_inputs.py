@@ -57,6 +57,9 @@ def test_raw_text_given_vectors_and_the_cache_give_the_benchmark_scores(late_lm)
     cs = ChunkSelector.load(late_lm)
     raw = cs.select(QUESTION, CHUNKS, k=1)
     assert raw.selected[0].index == 1
+    # one MiniLM pass a text: the question (embedding and tokens), each chunk (tokens, and the
+    # embedding the embedding cache then holds)
+    assert _encoded(cs) == 1 + len(CHUNKS)
     # the benchmark path: the same instance, the retrieval scores as ChunkSelector computes them
     q_emb, q_tok = cs.encoder.encode_with_tokens([QUESTION])
     c_emb = cs.encoder.encode(CHUNKS, progress=False)
@@ -76,6 +79,11 @@ def test_raw_text_given_vectors_and_the_cache_give_the_benchmark_scores(late_lm)
     again = cs.select(QUESTION, CHUNKS, k=1, question_embedding=q_emb[0], chunk_embeddings=c_emb,
                       question_tokens=q_tok[0], chunk_tokens=floats)
     np.testing.assert_allclose(again.all_scores, raw.all_scores, atol=1e-5)
+
+    # without an embedding cache too, one pass a text
+    bare = ChunkSelector.load(late_lm, embedding_cache=False, token_cache=False)
+    bare.select(QUESTION, CHUNKS)
+    assert _encoded(bare) == 1 + len(CHUNKS) and bare.embedding_cache is None
 
     # from raw text a second time: the token cache holds the chunks, only the question is encoded
     cs2 = ChunkSelector.load(late_lm, token_cache=TokenCache(), embedding_cache=True)
@@ -156,3 +164,27 @@ def test_token_cache_settings():
     assert make_token_cache(False) is None and isinstance(make_token_cache(True), TokenCache)
     with pytest.raises(ConfigError, match="token_cache must be True, False, a SQLite path or a TokenCache"):
         make_token_cache(3)
+
+
+def test_the_cost_stages_text_path_gives_a_late_model_one_pass_and_the_given_paths_scores(late_lm):
+    from chunksel.retrieval.encoder import Encoder
+    from chunksel.selectors import load_selector
+    from chunksel.selectors.letor import memo_off
+    from chunksel.study.cost import raw, text_path, with_tokens
+
+    sel, enc = load_selector(late_lm), Encoder()
+    inst = _instances("e", flip=True, split="test")[0]
+    q = enc.encode([inst.question.text], progress=False)[0]
+    e = enc.encode([c.text for c in inst.candidates], progress=False)
+    for c, v in zip(inst.candidates, e, strict=True):
+        c.embedding, c.score = v, float(v @ q)
+    inst.question.embedding = q
+    from chunksel.selectors.late_features import scorer
+
+    with memo_off():
+        given = sel.score(with_tokens(sel, [inst]))
+        before, inside = enc.n_encoded, scorer(None).encoder().n_encoded
+        got = text_path(sel, None, enc)(raw(inst))
+    assert enc.n_encoded - before == 1 + len(inst.candidates)  # each text once
+    assert scorer(None).encoder().n_encoded == inside  # MaxSim encoded nothing more
+    np.testing.assert_allclose(got, given, atol=1e-4)

@@ -95,6 +95,10 @@ def _token_store(insts):
 
     corpus, encoder = Corpus.load(get_spec("nq").corpus, progress=False), Encoder()
     encode_tokens(corpus, encoder, sorted({c.id for i in insts for c in i.candidates}), workers=1, progress=True)
+    import ray
+
+    if ray.is_initialized():  # its daemons would share the cores with the timed calls
+        ray.shutdown()
     shards = TokenShards(tokens_dir(corpus, encoder))
     questions = dict(zip([i.id for i in insts], encoder.encode_with_tokens([i.question.text for i in insts])[1],
                          strict=True))

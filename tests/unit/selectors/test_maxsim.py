@@ -144,18 +144,28 @@ def test_the_token_cache_keeps_int8_codes_only(tmp_path):
         TokenCache(max_items=-1)
 
 
-def test_maxsim_many_is_maxsim_for_each_chunk_in_one_product():
+def test_maxsim_many_is_the_mean_of_each_question_tokens_best_cosine():
     rng = np.random.default_rng(3)
 
     def unit(n):
         x = rng.normal(size=(n, 384)).astype(np.float32)
         return x / np.linalg.norm(x, axis=1, keepdims=True)
 
+    def reference(q, c):  # the definition, term by term
+        c = unpack(c) if c.dtype == np.int8 else c
+        return np.mean([max(float(np.dot(t, u)) for u in c) for t in q])
+
     q = unit(7)
     chunks = [pack(unit(n)) for n in (1, 40, 130, 9)]
-    np.testing.assert_allclose(maxsim_many(q, chunks), [maxsim(q, c) for c in chunks], atol=1e-6)
+    want = [reference(q, c) for c in chunks]
+    np.testing.assert_allclose(maxsim_many(q, chunks), want, atol=1e-6)
+    np.testing.assert_allclose([maxsim(q, c) for c in chunks], want, atol=1e-6)
     mixed = [chunks[0], unpack(chunks[1])]  # codes and floats together
-    np.testing.assert_allclose(maxsim_many(q, mixed), [maxsim(q, c) for c in mixed], atol=1e-6)
+    np.testing.assert_allclose(maxsim_many(q, mixed), [want[0], want[1]], atol=1e-6)
     assert maxsim_many(q, []).shape == (0,)
     with pytest.raises(DataError, match="non-empty"):
         maxsim_many(q, [chunks[0], np.zeros((0, 384), dtype=np.int8)])
+    with pytest.raises(DataError, match="one dim"):
+        maxsim_many(q, [pack(unit(3))[:, :100]])
+    with pytest.raises(DataError, match="question"):
+        maxsim_many(np.zeros((0, 384), dtype=np.float32), chunks)

@@ -1,17 +1,22 @@
 """Pretrained selectors shipped inside the package: load by name, no training, no data.
 
-``ChunkSelector.load("anchored-base")`` (and ``"lambdamart-base"``; the CLI, ``serve`` and
+``ChunkSelector.load("anchored-base")`` (and the other names below; the CLI, ``serve`` and
 the LangChain / LlamaIndex adapters take the same names) loads a selector trained by
 :mod:`chunksel.study.pretrain` (``make pretrained``) and saved under
 ``chunksel/pretrained/models/<name>/``:
 
-- ``lambdamart-base``: LightGBM LambdaMART over the twelve LETOR features;
+- ``lambdamart-base``: LightGBM LambdaMART over the twelve LETOR features and MaxSim's
+  late-interaction columns over MiniLM's token vectors;
 - ``anchored-base``: the lean flagship: the retrieval-anchored scorer over the
-  question and chunk embeddings, the LETOR features and its stacked LambdaMART, with no
-  generator features (the generator-coupled flagship stays the paper's option,
-  ``chunksel train --selector anchored``).
+  question and chunk embeddings, the LETOR features, the late-interaction columns and its
+  stacked LambdaMART, with no generator features (the generator-coupled flagship stays
+  the paper's option, ``chunksel train --selector anchored``);
+- ``lambdamart-lite`` and ``anchored-lite``: the same recipe's choices without the
+  late-interaction columns. They read the embeddings and the texts only, so an
+  application that has the chunks' embeddings but has not stored their token vectors
+  pays no MiniLM pass a query (the ``-base`` models encode what is not given).
 
-Both were trained pooled on the six benchmark datasets' training splits (every TREC DL
+All four were trained pooled on the six benchmark datasets' training splits (every TREC DL
 topic left out), model selection and calibration on their pooled validation splits, with
 the BM25 / TF-IDF statistics of the Wikipedia passage corpus, which travel with them
 (``corpus_stats/``; ``corpus=`` at load uses the user's own chunks instead). Each
@@ -30,9 +35,15 @@ from chunksel.errors import DataError
 
 #: the shipped models, with one line each
 PRETRAINED = {
-    "anchored-base": "the lean retrieval-anchored flagship (embeddings + LETOR + stacked LambdaMART, "
-                     "no generator), trained on six QA datasets",
-    "lambdamart-base": "LambdaMART over twelve LETOR features, trained on six QA datasets",
+    "anchored-base": "the lean retrieval-anchored flagship (question and chunk embeddings, LETOR features, "
+                     "MaxSim over MiniLM token vectors, stacked LambdaMART; no generator), trained on six QA "
+                     "datasets",
+    "lambdamart-base": "LambdaMART over twelve LETOR features and MaxSim over MiniLM token vectors, trained on "
+                       "six QA datasets",
+    "anchored-lite": "anchored-base without the token vectors (embeddings and LETOR features only): no MiniLM "
+                     "pass when the embeddings are given",
+    "lambdamart-lite": "LambdaMART over the twelve LETOR features alone: no MiniLM pass when the embeddings "
+                       "are given",
 }
 #: where the shipped models live (inside the installed package)
 MODELS_DIR = Path(__file__).resolve().parent / "models"

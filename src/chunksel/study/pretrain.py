@@ -19,7 +19,11 @@
    p of ``anchored-base`` against ``lambdamart-base`` on the pooled validation questions:
    where the two tests do not agree that it is better, the README recommends the simpler
    model.
-5. Calibration (``k="auto"``, probabilities) on the pooled validation splits, as every fit.
+5. ``lambdamart-lite`` and ``anchored-lite``: the same choices among the fits without the
+   late columns (``late=False``), for an application that has the chunks' embeddings but
+   not their token vectors: they read embeddings and text only, so a query needs no MiniLM
+   pass when the embeddings are given. Their record is ``lite_*`` in ``PROVENANCE.json``.
+6. Calibration (``k="auto"``, probabilities) on the pooled validation splits, as every fit.
 
 Nothing here reads a test split.
 """
@@ -129,6 +133,16 @@ def validation_rank1(hits: np.ndarray, val: Sequence[Instance]) -> dict[str, flo
     return out
 
 
+def _versus(a: np.ndarray, b: np.ndarray) -> tuple[dict[str, float], bool]:
+    """``a`` against ``b`` (validation hits): the comparison in points, and whether the
+    bootstrap interval and McNemar's test agree that they differ."""
+    from chunksel.eval.significance import compare
+
+    c = compare(a, b)
+    scaled = {k: (100.0 * v if k in ("diff", "lo", "hi", "acc_a", "acc_b") else v) for k, v in c.items()}
+    return scaled, bool((c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05)
+
+
 def build(out: Path = MODELS_DIR, limit: int | None = LIMIT, progress: bool = True,
           candidates: Sequence[str] = ANCHORED_CANDIDATES) -> dict:
     """Train the shipped models into ``out`` (replacing what is there); returns the
@@ -173,17 +187,18 @@ def build(out: Path = MODELS_DIR, limit: int | None = LIMIT, progress: bool = Tr
             anchored_keys.append(f"anchored[{blocks}{'+late' if late else ''}]")
             fit(anchored_keys[-1], "anchored", blocks=blocks, late=late)
     lm_key, best_key = simplest_best(lm_keys), simplest_best(anchored_keys)
+    # the lite pair: the same choices among the fits without the late columns
+    lite_lm_key = simplest_best([k for k in lm_keys if not fits[k].late])
+    lite_key = simplest_best([k for k in anchored_keys if not fits[k].late])
     record["lambdamart_late"] = fits[lm_key].late
     record["anchored_blocks"] = "+".join(fits[best_key].blocks)
     record["anchored_late"] = fits[best_key].late
-    from chunksel.eval.significance import compare
-
-    # anchored-base against lambdamart-base on the pooled validation questions: told apart
-    # only when the bootstrap interval and McNemar's test agree
-    c = compare(hits[best_key], hits[lm_key])
-    record["anchored_vs_lambdamart"] = {k: (100.0 * v if k in ("diff", "lo", "hi", "acc_a", "acc_b") else v)
-                                        for k, v in c.items()}
-    record["validation_tells_them_apart"] = bool((c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05)
+    record["lite_anchored_blocks"] = "+".join(fits[lite_key].blocks)
+    # anchored against lambdamart on the pooled validation questions: told apart only when
+    # the bootstrap interval and McNemar's test agree
+    record["anchored_vs_lambdamart"], record["validation_tells_them_apart"] = _versus(hits[best_key], hits[lm_key])
+    record["lite_anchored_vs_lambdamart"], record["lite_validation_tells_them_apart"] = _versus(
+        hits[lite_key], hits[lite_lm_key])
     common = {
         "commit": _commit(), "recipe": "chunksel.study.pretrain", "limit": limit, "k": K, "split": SPLIT,
         "corpus_stats": CORPUS, "data": data, "n_train": len(train), "n_val": len(val),
@@ -192,7 +207,8 @@ def build(out: Path = MODELS_DIR, limit: int | None = LIMIT, progress: bool = Tr
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    for name, key in (("lambdamart-base", lm_key), ("anchored-base", best_key)):
+    for name, key in (("lambdamart-base", lm_key), ("anchored-base", best_key),
+                      ("lambdamart-lite", lite_lm_key), ("anchored-lite", lite_key)):
         folder = out / name
         fits[key].save(folder)
         prov = {"name": name, "description": PRETRAINED[name], "selector": fits[key].name,

@@ -56,17 +56,42 @@ def test_provenance_records_the_recipe_and_no_trec_dl_topic(name):
     assert set(config["provenance"]["corpora"].values()) == {pretrain.CORPUS}
     sel = prov["selection"]
     assert sel["anchored_blocks"] in pretrain.ANCHORED_CANDIDATES
-    if name == "anchored-base":
-        assert "+".join(config["params"]["blocks"]) == sel["anchored_blocks"]
-        assert config["params"]["late"] == sel["anchored_late"]
+    assert sel["lite_anchored_blocks"] in pretrain.ANCHORED_CANDIDATES
+    lite = name.endswith("-lite")
+    if name.startswith("anchored"):
+        assert "+".join(config["params"]["blocks"]) == sel["lite_anchored_blocks" if lite else "anchored_blocks"]
+        assert config["params"]["late"] == (False if lite else sel["anchored_late"])
         assert not {"hs", "rw", "chunk"} & set(config["params"]["blocks"])  # no generator, any K
     else:
-        assert config["params"]["late"] == sel["lambdamart_late"]
+        assert config["params"]["late"] == (False if lite else sel["lambdamart_late"])
     # every candidate the recipe tried has its validation figure
     assert len(sel["validation_rank1"]) == len(pretrain.LATE_CHOICES) * (1 + len(pretrain.ANCHORED_CANDIDATES))
-    c = sel["anchored_vs_lambdamart"]
-    told = (c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05
-    assert sel["validation_tells_them_apart"] == told
+    for prefix in ("", "lite_"):
+        c = sel[f"{prefix}anchored_vs_lambdamart"]
+        told = (c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05
+        assert sel[f"{prefix}validation_tells_them_apart"] == told
+
+
+def test_the_lite_models_need_no_encoder_pass_when_the_embeddings_are_given(no_data):
+    """``-lite`` reads no token vectors: with the embeddings given, nothing is encoded
+    (the ``-base`` models encode the chunks' token vectors that were not given)."""
+    from chunksel import ChunkSelector
+
+    question = "How tall is the Eiffel Tower?"
+    chunks = ["Paris hosts many museums.", "The Eiffel Tower is 330 metres tall.", "A river crosses the city."]
+    q, e = _vectors([question])[0], _vectors(chunks)
+    for name in ("lambdamart-lite", "anchored-lite"):
+        cs = ChunkSelector.load(name)
+        assert not cs.selector.late and "token_vectors" not in cs.inputs
+        enc = cs.encoder
+        before = enc.n_encoded
+        sel = cs.select(question, chunks, k=1, question_embedding=q, chunk_embeddings=e)
+        assert sel.selected[0].index == 1 and enc.n_encoded == before, name
+    base = ChunkSelector.load("lambdamart-base")
+    enc = base.encoder
+    before = enc.n_encoded
+    base.select(question, chunks, k=1, question_embedding=q, chunk_embeddings=e)
+    assert enc.n_encoded > before  # the token vectors it was not given
 
 
 def test_recorded_data_checksums_match_the_shared_data(data_root, monkeypatch):
@@ -161,7 +186,7 @@ def test_a_saved_folder_still_loads_and_an_unknown_name_lists_the_shipped_ones(t
     shutil.copytree(pretrained_dir("lambdamart-base"), tmp_path / "mine")
     assert ChunkSelector.load(tmp_path / "mine").name == "lambdamart"
     assert load_selector("anchored-base").name == "anchored"
-    with pytest.raises(DataError, match="anchored-base, lambdamart-base"):
+    with pytest.raises(DataError, match="anchored-base, lambdamart-base, anchored-lite, lambdamart-lite"):
         ChunkSelector.load("anchored-bass")
 
 

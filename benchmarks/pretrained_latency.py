@@ -16,7 +16,8 @@ Writes ``benchmarks/results/pretrained_latency.json`` and prints a table.
   ``--calls`` calls after 10 warm-up calls on other questions.
 - rows: ``retrieval`` (retrieval order through the same path), ``bm25`` (the Wikipedia
   corpus's statistics), ``lambdamart-base``, ``anchored-base`` (torch scorer),
-  ``anchored-base`` with ``engine="onnxruntime"`` and the zero-shot report's cross-encoder
+  ``anchored-base`` with ``engine="onnxruntime"``, the same three for the ``-lite`` models
+  (no token vectors: the embeddings alone) and the zero-shot report's cross-encoder
   (MiniLM-L6 trained here, ONNX Runtime fp32) when it has been trained.
 - ``<model>, from text``: a late model from raw text alone (every vector encoded, the
   embedding and token caches off) at K = 5, ``--ce-calls`` calls.
@@ -53,7 +54,10 @@ RESULTS = Path(__file__).resolve().parent / "results" / "pretrained_latency.json
 KS = (5, 20, 100)
 ROWS = (("retrieval", "retrieval", None), ("bm25", "bm25", None), ("lambdamart-base", "lambdamart-base", None),
         ("anchored-base", "anchored-base", None), ("anchored-base (onnxruntime)", "anchored-base", "onnxruntime"),
-        ("crossencoder", "crossencoder", None))
+        ("lambdamart-lite", "lambdamart-lite", None), ("anchored-lite", "anchored-lite", None),
+        ("anchored-lite (onnxruntime)", "anchored-lite", "onnxruntime"), ("crossencoder", "crossencoder", None))
+#: the shipped models timed in a fresh process
+FRESH_MODELS = ("lambdamart-base", "anchored-base", "lambdamart-lite", "anchored-lite")
 
 FRESH = """
 import time, sys
@@ -187,7 +191,7 @@ def main() -> int:
         probe = "import importlib.util as u; print(bool(u.find_spec('sklearn')), bool(u.find_spec('sentence_transformers')))"
         mods = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
         env_info = {"python": python, "scikit_learn": mods[0] == "True", "sentence_transformers": mods[1] == "True"}
-        for name in ("lambdamart-base", "anchored-base"):
+        for name in FRESH_MODELS:
             runs = []
             for _ in range(args.fresh):
                 env = {**os.environ, "TQDM_DISABLE": "1"}

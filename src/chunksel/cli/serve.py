@@ -17,7 +17,7 @@ API_KEY_ENV = "CHUNKSEL_API_KEY"
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve a saved selector over HTTP (needs chunksel[serve])")
     add_common(p)
-    p.add_argument("--model", required=True, help="a saved selector directory, or a shipped pretrained one (anchored-base, lambdamart-base)")
+    p.add_argument("--model", required=True, help="a saved selector directory, or a shipped pretrained one (anchored-base, lambdamart-base, anchored-lite, lambdamart-lite)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free port, printed)")
     p.add_argument("--api-key", default=None,

@@ -158,7 +158,7 @@ def test_train_refuses_a_file_as_out(capsys, tmp_path, no_loading):
          ("/nowhere/model is not a saved selector: the directory does not exist",)),
         (["select", "--model", "anchored-bass", "--question", "q?", "--chunk", "a"],
          ("anchored-bass is not a saved selector", "did you mean the pretrained 'anchored-base'?",
-          "(shipped pretrained selectors: anchored-base, lambdamart-base)")),
+          "(shipped pretrained selectors: anchored-base, lambdamart-base, anchored-lite, lambdamart-lite)")),
     ],
 )
 def test_impossible_settings_fail_before_any_model_loads(capsys, no_loading, argv, needles):
@@ -195,7 +195,7 @@ def test_select_works_with_any_saved_selector(capsys, tmp_path):
     [
         ("{tmp}/missing", ("--model '{tmp}/missing': the directory does not exist",)),
         ("./gone", ("the directory does not exist",)),
-        ("nope", ("neither a saved selector directory", "a pretrained selector (anchored-base, lambdamart-base)",
+        ("nope", ("neither a saved selector directory", "a pretrained selector (anchored-base, lambdamart-base, anchored-lite, lambdamart-lite)",
                   "known: anchored, anchored-ce, bm25")),
         ("knrm", ("selector 'knrm' must be trained first", "chunksel train --selector knrm")),
         ("{tmp}", ("is not a saved selector (no config.json)",)),

@@ -46,7 +46,8 @@ def test_a_name_that_needs_training_says_how():
 
 
 def test_neither_a_directory_nor_a_name(tmp_path):
-    with pytest.raises(DataError, match=r"shipped pretrained selectors: anchored-base, lambdamart-base\); nor is "
+    with pytest.raises(DataError, match=r"shipped pretrained selectors: anchored-base, lambdamart-base, anchored-lite, "
+                                        r"lambdamart-lite\); nor is "
                                         r"'retreival' a registered selector \(known: .*retrieval"):
         ChunkSelector.load("retreival")
     with pytest.raises(DataError, match=r"did you mean the pretrained 'anchored-base'\?"):

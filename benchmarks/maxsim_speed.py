@@ -24,7 +24,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -34,7 +33,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pretrained_latency import KS, _instances, _token_store  # noqa: E402
+from pretrained_latency import KS, _instances, _token_store, short_commit, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "maxsim_speed.json"
 
@@ -78,15 +77,10 @@ def main(argv=None) -> int:
         print(f"K={k:>3}  before {row['before_p50_ms']:.3f} ms  maxsim_many {row['maxsim_many_p50_ms']:.3f} ms  "
               f"x{row['speedup_p50']:.2f}  max |diff| {diff:.1e}  rank-1 same {same}/{len(given)}")
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    code = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parent).stdout.strip()
-    out = {"benchmark": "maxsim_speed", "command": " ".join(["python", *sys.argv]), "code": code,
-           "machine": {"python": platform.python_version(), "cpu_count": os.cpu_count(), "uptime": load},
-           "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    return write_result(args.out, {
+        "benchmark": "maxsim_speed", "command": " ".join(["python", *sys.argv]), "code": short_commit(),
+        "machine": {"python": platform.python_version(), "cpu_count": os.cpu_count(), "uptime": load},
+        "rows": rows})
 
 
 if __name__ == "__main__":

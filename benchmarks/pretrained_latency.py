@@ -131,6 +131,20 @@ def _measure(cs, insts, k: int, tokens=None, text: bool = False) -> list[float]:
     return times
 
 
+def short_commit() -> str:
+    """The checkout's short HEAD commit (what a result records)."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent).stdout.strip()
+
+
+def write_result(path: Path, result: dict) -> int:
+    """Write a benchmark's JSON result and say where; returns the exit code."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
 def _crossencoder_folder():
     from chunksel.config import cache_root
 
@@ -207,13 +221,10 @@ def main() -> int:
         "benchmark": "pretrained_latency", "rows": rows, "fresh_process": fresh,
         "calls": args.calls, "threads": 1, "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(), "load": os.getloadavg(), "python": platform.python_version(),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "commit": short_commit(),
         "targets": {"p50_k5_ms": 1.5, "p50_k100_ms": 10.0, "fresh_s": 2.0, "late_p50_k5_ms": 2.0},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    return write_result(args.out, result)
 
 
 if __name__ == "__main__":

@@ -137,8 +137,9 @@ class Profile:
     pretrained: tuple[str, ...] = ()
 
 
-#: the shipped models the three profiles' semantic-label stage ranks (chunksel.pretrained)
-PRETRAINED_ROWS = ("anchored-base", "lambdamart-base")
+#: the shipped models the three profiles' semantic-label stage ranks (chunksel.pretrained):
+#: the late pair and the embeddings-only lite pair
+PRETRAINED_ROWS = ("anchored-base", "lambdamart-base", "anchored-lite", "lambdamart-lite")
 
 PROFILES = {
     # Table 3's budgets as on the full profile: ten points on 36-98 test questions a

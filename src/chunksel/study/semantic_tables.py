@@ -70,7 +70,9 @@ def _pretrained_note(sem: Mapping[str, Any]) -> str:
         return ""
     seen = {ds: e.get("pretrained_seen") for ds, e in sem["datasets"].items()}
     left = [f"{dataset_label(ds)} ({n} seen)" for ds, n in seen.items() if n]
-    text = (f" {' and '.join(f'`{n}`' for n in names)}: the shipped pretrained selectors, loaded by name as a "
+    quoted = [f"`{n}`" for n in names]
+    listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+    text = (f" {listed}: the shipped pretrained selectors, loaded by name as a "
             "user gets them, never trained on this profile (one model each, so no seed spread); none of the "
             "labelled questions was among their training or validation questions")
     return text + (f", except on {', '.join(left)}, where they are left out." if left else ".")

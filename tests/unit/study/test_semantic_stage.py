@@ -166,6 +166,8 @@ def test_the_section_names_the_pretrained_rows_and_any_dataset_they_saw(toy):
     assert "except on" not in format_semantic(res)
     res["semantic"]["datasets"]["popqa"]["pretrained_seen"] = 2
     assert "except on PopQA (2 seen)" in format_semantic(res)
+    res["semantic"]["pretrained"] = ["anchored-base", "lambdamart-base", "lambdamart-lite"]
+    assert "`anchored-base`, `lambdamart-base` and `lambdamart-lite`: the shipped" in format_semantic(res)
 
 
 def test_a_rows_average_interval_does_not_depend_on_the_other_rows():

@@ -182,6 +182,25 @@ def compare(
     }
 
 
+def verdict(lo: float | None, hi: float | None, p: float | None, alpha: float = 0.05) -> str:
+    """The project's rule for calling A significantly different from B: ``"better"`` /
+    ``"worse"`` only when both tests agree, the paired bootstrap interval ``[lo, hi]``
+    excluding 0 on that side *and* McNemar's ``p < alpha``; else ``"tie"``."""
+    if p is None or not p < alpha:
+        return "tie"
+    if lo is not None and lo > 0:
+        return "better"
+    if hi is not None and hi < 0:
+        return "worse"
+    return "tie"
+
+
+def significant(c: Any, alpha: float = 0.05) -> bool:
+    """Whether a comparison mapping (``lo``, ``hi``, ``p``, as :func:`compare` or
+    :func:`significance_entry` return) differs by :func:`verdict`'s rule, either way."""
+    return verdict(c["lo"], c["hi"], c.get("p"), alpha) != "tie"
+
+
 def significance_entry(
     a: str,
     b: str,

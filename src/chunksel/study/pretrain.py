@@ -136,11 +136,11 @@ def validation_rank1(hits: np.ndarray, val: Sequence[Instance]) -> dict[str, flo
 def _versus(a: np.ndarray, b: np.ndarray) -> tuple[dict[str, float], bool]:
     """``a`` against ``b`` (validation hits): the comparison in points, and whether the
     bootstrap interval and McNemar's test agree that they differ."""
-    from chunksel.eval.significance import compare
+    from chunksel.eval.significance import compare, significant
 
     c = compare(a, b)
     scaled = {k: (100.0 * v if k in ("diff", "lo", "hi", "acc_a", "acc_b") else v) for k, v in c.items()}
-    return scaled, bool((c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05)
+    return scaled, significant(c)
 
 
 def build(out: Path = MODELS_DIR, limit: int | None = LIMIT, progress: bool = True,

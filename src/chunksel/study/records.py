@@ -121,12 +121,9 @@ class Comparison:
         """``"better"`` / ``"worse"`` only when both tests agree: the 95% interval excludes 0
         on that side *and* McNemar's p < ``alpha``; else ``"tie"`` (the project's rule for
         calling a row significantly different)."""
-        both = self.p is not None and self.p < alpha
-        if both and self.lo is not None and self.lo > 0:
-            return "better"
-        if both and self.hi is not None and self.hi < 0:
-            return "worse"
-        return "tie"
+        from chunksel.eval.significance import verdict
+
+        return verdict(self.lo, self.hi, self.p, alpha)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"a": self.a, "b": self.b, "diff": self.diff, "lo": self.lo, "hi": self.hi, "p": self.p,

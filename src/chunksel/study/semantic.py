@@ -216,12 +216,12 @@ def _subset(test, keep, ref, picks, ab, peer, second, seed, diffs) -> dict[str, 
 def _compare(a: str, b: str, ha: list[np.ndarray], hb: list[np.ndarray], seed: int) -> tuple[dict, np.ndarray]:
     """The significance entry of ``a`` against ``b`` (``significant``: the interval excludes 0
     and McNemar's p < 0.05) and the per-question differences of the seed-averaged hits."""
-    from chunksel.eval.significance import significance_entry
+    from chunksel.eval.significance import significance_entry, significant
 
     a_rate, a_major = combine_hits(ha)
     b_rate, b_major = combine_hits(hb)
     c = significance_entry(a, b, a_rate, b_rate, seed=seed, majority=(a_major, b_major))
-    c["significant"] = bool((c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05)
+    c["significant"] = significant(c)
     return c, a_rate - b_rate
 
 

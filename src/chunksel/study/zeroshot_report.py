@@ -86,11 +86,11 @@ def paired(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     interval, McNemar's p, and whether both tests agree (the run's own rule)."""
     import numpy as np
 
-    from chunksel.eval.significance import compare
+    from chunksel.eval.significance import compare, significant
 
     c = compare(np.asarray(a["hits"]), np.asarray(b["hits"]))
     return {"diff": 100 * c["diff"], "lo": 100 * c["lo"], "hi": 100 * c["hi"], "p": c["p"], "n": c["n"],
-            "n10": c["n10"], "n01": c["n01"], "significant": bool((c["lo"] > 0 or c["hi"] < 0) and c["p"] < 0.05)}
+            "n10": c["n10"], "n01": c["n01"], "significant": significant(c)}
 
 
 def lodo_table(lodo: Mapping[str, Any]) -> list[str]:

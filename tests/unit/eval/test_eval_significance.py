@@ -13,6 +13,8 @@ from chunksel.eval.significance import (
     discordant_counts,
     mcnemar_exact,
     paired_bootstrap,
+    significant,
+    verdict,
 )
 
 
@@ -90,6 +92,18 @@ def test_compare_entry():
     assert out["lo"] <= out["diff"] <= out["hi"]
     assert out["p"] == pytest.approx(14 / 64)
     assert out["acc_a"] == pytest.approx(5 / 13) and out["acc_b"] == pytest.approx(9 / 13)
+
+
+def test_both_tests_must_agree():
+    assert verdict(0.5, 3.0, 0.01) == "better" and verdict(-3.0, -0.5, 0.01) == "worse"
+    assert verdict(0.5, 3.0, 0.08) == "tie"  # the interval alone
+    assert verdict(-0.5, 3.0, 0.01) == "tie"  # McNemar alone
+    assert verdict(0.5, 3.0, None) == "tie"
+    a, b = _pairs(0, 12, n11=20, n00=20)  # b right on 12 discordant pairs, a on none
+    c = compare(a, b, n_resamples=2000)
+    assert c["hi"] < 0 and c["p"] < 0.05 and significant(c)
+    c = compare(*_pairs(1, 5), n_resamples=2000)  # p = 0.22: not significant whatever the interval says
+    assert not significant(c)
 
 
 @pytest.mark.parametrize(

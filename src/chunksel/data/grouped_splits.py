@@ -31,17 +31,19 @@ def check_split_scheme(split: str) -> None:
         raise ConfigError(f"unknown split scheme {split!r}; use {' or '.join(SPLIT_SCHEMES)}")
 
 
-def evidence_keys(inst: Instance) -> set[str]:
+def evidence_keys(inst: Instance, own_labels: bool = False) -> set[str]:
     """The evidence passages of one instance: gold ids and texts, positive candidates.
 
     A candidate counts when any of its label sources marks it positive, so the groups
-    hold whichever label a study trains on.
+    hold whichever label a study trains on; with ``own_labels``, only when the instance's
+    own label spec (``label_source``) does, so labels attached after the split was drawn
+    (an LLM judge's sidecars) leave the count alone.
     """
     q = inst.question
     keys = {f"id:{g}" for g in q.gold_ids}
     keys |= {f"text:{normalise_text(t)}" for t in q.gold_texts if t and t.strip()}
     for c in inst.candidates:
-        if any(v >= 1 for v in c.labels.values()):
+        if c.is_positive(inst.label_source) if own_labels else any(v >= 1 for v in c.labels.values()):
             keys.add(f"id:{c.id}")
             keys.add(f"text:{normalise_text(c.text)}")
     return keys
@@ -102,12 +104,15 @@ def apply_grouped_splits(instances: Sequence[Instance]) -> dict:
     return {"before": before, "after": evidence_overlap(instances), **group_sizes(instances)}
 
 
-def evidence_overlap(instances: Sequence[Instance], splits: Sequence[str] | None = None) -> dict:
+def evidence_overlap(instances: Sequence[Instance], splits: Sequence[str] | None = None,
+                     own_labels: bool = False) -> dict:
     """Share of val/test questions with an evidence passage that a train question also has.
 
     Args:
         instances: the instances of one dataset.
         splits: a split per instance (default: each instance's own ``split``).
+        own_labels: count a candidate as evidence only under the instance's own label spec
+            (:func:`evidence_keys`).
 
     Returns:
         ``{"val": {"questions", "shared", "shared_pct"}, "test": {...}}``.
@@ -116,11 +121,11 @@ def evidence_overlap(instances: Sequence[Instance], splits: Sequence[str] | None
     train_keys: set[str] = set()
     for inst, s in zip(instances, splits, strict=True):
         if s == "train":
-            train_keys |= evidence_keys(inst)
+            train_keys |= evidence_keys(inst, own_labels)
     out: dict[str, dict[str, float]] = {}
     for part in ("val", "test"):
         idx = [j for j, s in enumerate(splits) if s == part]
-        shared = sum(1 for j in idx if evidence_keys(instances[j]) & train_keys)
+        shared = sum(1 for j in idx if evidence_keys(instances[j], own_labels) & train_keys)
         out[part] = {"questions": len(idx), "shared": shared,
                      "shared_pct": round(100.0 * shared / len(idx), 2) if idx else 0.0}
     return out

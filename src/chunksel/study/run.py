@@ -233,11 +233,13 @@ def _alone(jobs: int, threads: int | None, part_of: str | None) -> Any:
 
 def _overlap(built: Any) -> dict:
     """Val/test questions sharing an evidence passage with a training question: under
-    the question-hash split (``before``) and under the splits evaluated (``after``)."""
+    the question-hash split (``before``) and under the splits evaluated (``after``, by the
+    labels the study trains and evaluates on: a judge's sidecar labels on this machine,
+    attached after the split was drawn, do not count)."""
     from chunksel.data.grouped_splits import evidence_overlap
     from chunksel.data.instances import load_meta
 
-    after = evidence_overlap(built.instances)
+    after = evidence_overlap(built.instances, own_labels=True)
     before = (load_meta(built.path).get("evidence_overlap") or {}).get("before") or after
     return {"before": before, "after": after}
 

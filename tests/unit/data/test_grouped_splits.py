@@ -61,6 +61,17 @@ def test_grouped_splits_remove_overlap_and_keep_singletons():
     assert grouped_splits([lone]) == [split_of_text(lone.question.text)]
 
 
+def test_overlap_by_own_labels_ignores_labels_attached_later():
+    train = _inst("a", ["x"])
+    test = _inst("b", ["y"], split="test")
+    test.candidates[-1].labels["semantic@judge"] = 1  # a judge marks b's negative positive...
+    test.candidates[-1].id = "x"  # ...and it is a's evidence passage
+    assert evidence_overlap([train, test])["test"]["shared"] == 1
+    assert evidence_overlap([train, test], own_labels=True)["test"]["shared"] == 0
+    test.candidates[-1].labels["containment"] = 1  # under its own labels it is shared
+    assert evidence_overlap([train, test], own_labels=True)["test"]["shared"] == 1
+
+
 def test_grouped_split_ignores_input_order():
     insts = _questions_with_splits(120)
     fwd = dict(zip((i.id for i in insts), grouped_splits(insts), strict=True))

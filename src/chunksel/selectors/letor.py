@@ -105,7 +105,10 @@ def instance_features(inst: Instance, stats: BM25Stats, k1: float = 1.5, b: floa
     did = np.array(list(map(local.__getitem__, chain.from_iterable(d_words))), dtype=np.int64)
     doc = np.repeat(np.arange(n), [len(w) for w in d_words])
     term = is_term[did]
-    tf = np.bincount(doc[term] * v + did[term], minlength=n * v).reshape(n, v).astype(np.float64)
+    # term frequencies, sparse: each (passage, term) code once, sorted, so row-major (each
+    # passage's terms together), and a dense table over the question's terms only
+    codes, counts = np.unique(doc[term] * v + did[term], return_counts=True)
+    rows, cols = np.divmod(codes, v)
     gid = np.full(v, -1, dtype=np.int64)
     gid[is_term] = stats.term_ids(list(compress(keys, is_term.tolist())))
     w = np.where(is_term, stats.idf_of(gid, smooth=True), 0.0)
@@ -114,16 +117,20 @@ def instance_features(inst: Instance, stats: BM25Stats, k1: float = 1.5, b: floa
     out[:, 0] = np.where(np.isnan(scores), 0.0, scores)
     out[:, 2] = 1.0 / (np.arange(n) + 1.0)
     q_pos = qid[is_term[qid]]  # the question's terms in order, repeats kept (BM25 adds each)
+    uq = np.unique(q_pos)  # the distinct question terms
+    slot = np.full(v, -1, dtype=np.int64)
+    slot[uq] = np.arange(len(uq))
+    on_q = slot[cols] >= 0
+    tfq = np.zeros((n, len(uq)))  # (n, distinct question terms) term frequencies
+    tfq[rows[on_q], slot[cols[on_q]]] = counts[on_q]
     dl = np.bincount(doc[term], minlength=n).astype(np.float64)
-    out[:, 3] = bm25_rows(stats.idf_of(gid[q_pos]), tf[:, q_pos], dl, stats.avgdl, k1, b)
+    out[:, 3] = bm25_rows(stats.idf_of(gid[q_pos]), tfq[:, slot[q_pos]], dl, stats.avgdl, k1, b)
     # TF-IDF cosine and the coverages over the distinct question terms; exact sums
-    uq = np.unique(q_pos)
     qc = np.bincount(q_pos, minlength=v)[uq].astype(np.float64)
-    wq, tfq = w[uq], tf[:, uq]
+    wq = w[uq]
     dot = _fsum_rows(qc * wq * tfq * wq)
     if dot.any():
-        rows, cols = np.nonzero(tf)  # row-major: each passage's terms together
-        sq = _squares(tf[rows, cols] * w[cols])
+        sq = _squares(counts * w[cols])
         ends = np.cumsum(np.bincount(rows, minlength=n)).tolist()
         d_norm = np.array([math.sqrt(math.fsum(sq[s:e])) for s, e in zip([0, *ends[:-1]], ends, strict=True)])
         q_norm = math.sqrt(math.fsum(_squares(qc * wq)))

@@ -120,9 +120,10 @@ def instance_features(inst: Instance, stats: BM25Stats, k1: float = 1.5, b: floa
     uq = np.unique(q_pos)  # the distinct question terms
     slot = np.full(v, -1, dtype=np.int64)
     slot[uq] = np.arange(len(uq))
-    on_q = slot[cols] >= 0
+    col_slot = slot[cols]
+    on_q = col_slot >= 0
     tfq = np.zeros((n, len(uq)))  # (n, distinct question terms) term frequencies
-    tfq[rows[on_q], slot[cols[on_q]]] = counts[on_q]
+    tfq[rows[on_q], col_slot[on_q]] = counts[on_q]
     dl = np.bincount(doc[term], minlength=n).astype(np.float64)
     out[:, 3] = bm25_rows(stats.idf_of(gid[q_pos]), tfq[:, slot[q_pos]], dl, stats.avgdl, k1, b)
     # TF-IDF cosine and the coverages over the distinct question terms; exact sums

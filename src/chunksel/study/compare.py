@@ -9,6 +9,12 @@ a re-run cannot reproduce is left out: wall-clock and memory figures (latency, t
 first token, peak RSS, seconds per query), the run's timings, cache counters, the git
 commit and the machine. Numbers are equal within ``tol`` (absolute).
 
+Two runs that share the generator-feature cache must match everywhere. Across a rebuilt
+cache, the rows that read the generator's features (the prototype, the flagship,
+``anchored-ce`` and what derives from them) move by a few questions a seed, because the
+features depend on their extraction batch at 1e-5
+(``docs/decisions/generator-feature-batching.md``).
+
 Command line::
 
     python -m chunksel.study.compare reports/quick/results.json /tmp/quick/results.json

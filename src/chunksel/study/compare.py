@@ -13,7 +13,7 @@ Two runs that share the generator-feature cache must match everywhere. Across a 
 cache, the rows that read the generator's features (the prototype, the flagship,
 ``anchored-ce`` and what derives from them) move by a few questions a seed, because the
 features depend on their extraction batch at 1e-5
-(``docs/decisions/generator-feature-batching.md``).
+(``docs/decisions/reproducible-figures.md``).
 
 Command line::
 

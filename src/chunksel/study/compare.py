@@ -9,10 +9,11 @@ a re-run cannot reproduce is left out: wall-clock and memory figures (latency, t
 first token, peak RSS, seconds per query), the run's timings, cache counters, the git
 commit and the machine. Numbers are equal within ``tol`` (absolute).
 
-Two runs that share the generator-feature cache must match everywhere. Across a rebuilt
-cache, the rows that read the generator's features (the prototype, the flagship,
-``anchored-ce`` and what derives from them) move by a few questions a seed, because the
-features depend on their extraction batch at 1e-5
+Two runs of the same code that share the generator-feature cache and the same
+``--jobs`` and ``--threads`` match everywhere. Across a rebuilt cache, the rows that read
+the generator's features (the prototype, the flagship, ``anchored-ce`` and what derives
+from them) move by a few questions a seed, because the features depend on their
+extraction batch at 1e-5
 (``docs/decisions/reproducible-figures.md``).
 
 Command line::

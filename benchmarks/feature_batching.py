@@ -21,19 +21,11 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 from pathlib import Path
 
 import numpy as np
 
 OUT = Path(__file__).parent / "results" / "feature_batching.json"
-
-
-def _commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def compare(stored: np.ndarray, again: np.ndarray) -> dict:
@@ -68,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     from chunksel.build import generator_store
     from chunksel.data.datasets import load_questions
     from chunksel.features.extract import extract_features
+    from chunksel.study.fitting import git_commit
 
     store, model, tokenizer = generator_store(None)
     questions = [q for q in load_questions(args.dataset) if q.id in store][: args.questions]
@@ -82,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"batch {bs:>3}: " + ", ".join(f"{k} {_say(row[k])}" for k in ("h", "r")))
     result = {
         "dataset": args.dataset, "questions": len(questions), "threads": args.threads,
-        "commit": _commit(), "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "commit": git_commit()[:7], "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "runs": runs,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
+    if args.questions < 1 or any(bs < 1 for bs in args.batches):
+        ap.error("--questions and every --batches value must be >= 1")
 
     from chunksel.threads import set_threads
 

@@ -309,18 +309,24 @@ def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = Non
         update: bool = False, generator: bool = True) -> dict[str, Any]:
     """Run the collections (``only``: those keys; ``()``: none) and the held-out datasets
     for each of ``lodo_candidates``; ``update`` keeps what ``out/results.json`` holds for
-    the parts not run (each part's figures depend on its own inputs alone)."""
+    the parts not run (each part's figures depend on its own inputs alone). Each part
+    records the pretrained models and the code it was measured with (``results["parts"]``),
+    so a report that keeps an earlier run's parts names them and marks what pools them
+    with newer ones as provisional."""
     from chunksel.pretrained import read_manifest
     from chunksel.selectors import make_selector
+    from chunksel.study.fitting import git_commit
     from chunksel.study.zeroshot_data import instance_stats
 
-    results: dict[str, Any] = {"collections": {}, "stats": {}, "lodo": {}, "seconds": {}}
+    results: dict[str, Any] = {"collections": {}, "stats": {}, "lodo": {}, "seconds": {}, "parts": {}}
     if update and (out / "results.json").is_file():
         results.update(json.loads((out / "results.json").read_text()))
         results.setdefault("lodo", {})
         if not isinstance(results.get("seconds"), dict):
             results["seconds"] = {}
+        backfill_parts(results)
     results["pretrained_commit"] = read_manifest().get("commit")
+    made = {"pretrained_commit": results["pretrained_commit"], "commit": git_commit()}
     todo = {k: v for k, v in collections(progress).items() if only is None or k in only}
     ce = crossencoder(progress) if with_ce and todo else None
     for key, (build, stats_corpus) in todo.items():
@@ -345,11 +351,13 @@ def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = Non
             rows[GENERATOR_ROW] = evaluate_row(flag, learned, graded, generator_features(learned, progress))
         results["collections"][key] = _finish(rows)
         results["seconds"][key] = time.time() - tk
+        results["parts"][key] = dict(made)
         say(f"{key}: " + ", ".join(f"{k} {v['rank1']:.2f}" for k, v in rows.items()))
     for cand in lodo_candidates:
         tk = time.time()
         results["lodo"][cand] = lodo(progress, candidates=cand, generator=generator)
         results["seconds"][f"lodo/{cand}"] = time.time() - tk
+        results["parts"][f"lodo/{cand}"] = dict(made)
     results["average"] = zero_shot_average(results)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
@@ -357,6 +365,20 @@ def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = Non
 
     write_report(results, out)
     return results
+
+
+def part_keys(results: dict[str, Any]) -> list[str]:
+    """The run's parts: each collection's key, then ``lodo/<candidates>``."""
+    return list(results.get("collections") or {}) + [f"lodo/{c}" for c in (results.get("lodo") or {})]
+
+
+def backfill_parts(results: dict[str, Any]) -> None:
+    """Give every part of an earlier run its provenance (``results["parts"]``): a run
+    before per-part records measured all its parts with one set of pretrained models, the
+    ``pretrained_commit`` it recorded."""
+    parts = results.setdefault("parts", {})
+    for key in part_keys(results):
+        parts.setdefault(key, {"pretrained_commit": results.get("pretrained_commit"), "commit": None})
 
 
 def zero_shot_average(results: dict[str, Any]) -> dict[str, Any]:

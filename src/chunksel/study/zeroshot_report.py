@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from chunksel.study.zeroshot import AVERAGE, part_keys
+
 LATENCY = Path("benchmarks/results/pretrained_latency.json")
 WHEEL = Path("benchmarks/results/wheel_size.json")
 #: the report whose Table 1 measured the generator-coupled flagship's cost (same architecture)
@@ -45,12 +47,44 @@ def _cmp(c: Mapping[str, Any] | None) -> str:
     return f"{c['diff']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}], p = {c['p']:.3g}{mark}"
 
 
-def collection_table(key: str, entry: Mapping[str, Any]) -> list[str]:
+def part_name(key: str) -> str:
+    """A part's name in prose: a collection's, or the held-out datasets' with their lists."""
+    if key.startswith("lodo/"):
+        return f"each dataset held out ({'MiniLM' if key == 'lodo/minilm' else 'BM25'} lists)"
+    return NAMES.get(key, key)
+
+
+def stale_parts(results: Mapping[str, Any]) -> dict[str, str | None]:
+    """``{part: pretrained commit}`` of the parts measured on other pretrained models than
+    the run's latest (``results["pretrained_commit"]``): what ``--update`` kept from an
+    earlier run. Empty when every part is the latest models'."""
+    latest, parts = results.get("pretrained_commit"), results.get("parts") or {}
+    out = {}
+    for key in part_keys(dict(results)):
+        commit = (parts.get(key) or {}).get("pretrained_commit", latest)
+        if commit != latest:
+            out[key] = commit
+    return out
+
+
+def _stale_note(keys: list[str], stale: Mapping[str, str | None], what: str) -> list[str]:
+    old = [k for k in keys if k in stale]
+    if not old:
+        return []
+    commits = sorted({str(stale[k])[:12] for k in old})
+    return [f"**Provisional:** {what} pools parts measured on the pretrained models of commit "
+            f"{', '.join(commits)} ({', '.join(part_name(k) for k in old)}) with parts measured on today's; "
+            "it is final once those parts are re-run.", ""]
+
+
+def collection_table(key: str, entry: Mapping[str, Any], stale: Mapping[str, str | None] | None = None) -> list[str]:
     rows = entry["rows"]
     graded = any("ndcg10" in r for r in rows.values())
     n = next(iter(rows.values()))
     head = f"### {NAMES.get(key, key)}\n\n{n['n']} questions with a positive of {n['n_all']}; strongest by rank-1: " \
            f"{ROW_NAMES.get(entry['strongest'], entry['strongest'])}.\n"
+    if stale and key in stale:
+        head += f"\nNot yet re-run: the pretrained models of commit {str(stale[key])[:12]}.\n"
     cols = ["row", "rank-1"] + (["nDCG@10", "MRR@10"] if graded else []) + ["vs strongest", "vs retrieval order"]
     out = [head, "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for name, r in rows.items():
@@ -192,8 +226,9 @@ def targets(results: Mapping[str, Any]) -> list[str]:
     avg = (results.get("average") or {}).get("rank1") or {}
     if "anchored-base" in avg and "lambdamart-base" in avg:
         d = avg["anchored-base"] - avg["lambdamart-base"]
-        out.append(f"| `anchored-base` >= `lambdamart-base` + 1.0 on the zero-shot average | {d:+.2f} | "
-                   f"{'yes' if d >= 1.0 else 'no'} |")
+        mixed = any(k in stale_parts(results) for k in (*AVERAGE, "lodo/minilm"))
+        out.append(f"| `anchored-base` >= `lambdamart-base` + 1.0 on the zero-shot average | {d:+.2f}"
+                   f"{' (provisional: mixed models)' if mixed else ''} | {'yes' if d >= 1.0 else 'no'} |")
     for name in ("anchored-base", "lambdamart-base"):
         eces = {k: e["rows"][name]["calibration"]["chunk_ece"] for k, e in results["collections"].items()
                 if name in e["rows"] and e["rows"][name].get("calibration")}
@@ -234,9 +269,15 @@ def wheel_row(path: Path = WHEEL) -> str:
 
 
 def write_report(results: Mapping[str, Any], out: Path) -> Path:
+    stale = stale_parts(results)
+    models = f"Pretrained models of commit {str(results.get('pretrained_commit'))[:12]} (`make pretrained`), "
+    if stale:
+        models = (f"Pretrained models of commit {str(results.get('pretrained_commit'))[:12]} (`make pretrained`) "
+                  f"in every part but {len(stale)}, which still show an earlier run's models ("
+                  + "; ".join(f"{part_name(k)}: commit {str(c)[:12]}" for k, c in stale.items())
+                  + "; `python -m chunksel.study.zeroshot --update` with `--only` or `--lodo` re-runs a part), ")
     lines = ["# Zero-shot report: the pretrained selectors on collections they never saw", "",
-             f"Pretrained models of commit {str(results.get('pretrained_commit'))[:12]} (`make pretrained`), "
-             f"computed by `python -m chunksel.study.zeroshot` (its parts' times add up to "
+             models + f"computed by `python -m chunksel.study.zeroshot` (its parts' times add up to "
              f"{sum((results.get('seconds') or {}).values()) / 60:.0f} minutes on two shared cores). "
              "Every model, operating point and calibrator comes from the recipe's pooled validation splits; "
              "nothing here is tuned on these collections. A difference is marked **sig.** only when the paired "
@@ -254,14 +295,17 @@ def write_report(results: Mapping[str, Any], out: Path) -> Path:
                   "lists, and each benchmark dataset held out):", "",
                   "| row | average rank-1 |", "|---|---|"]
         lines += [f"| {ROW_NAMES.get(n, n)} | {_f(v)} |" for n, v in avg["rank1"].items()]
+        note = _stale_note(list(AVERAGE) + ["lodo/minilm"], stale, "this average")
+        lines += [""] + note if note else []
         c = avg.get("anchored_minus_lambdamart_pooled")
         if c:
             lines += ["", f"`anchored-base` minus `lambdamart-base` over the {c['n']} pooled questions: "
                           f"{c['diff']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}], McNemar p = {c['p']:.3g}.", ""]
-    lines += generator_lines(results)
+    gen = generator_lines(results)
+    lines += gen + (_stale_note(["wikiqa", "lodo/minilm"], stale, "this section") if gen else [])
     lines += ["## Collections", ""]
     for key, entry in results["collections"].items():
-        lines += collection_table(key, entry)
+        lines += collection_table(key, entry, stale)
     for cand, title in (("minilm", "MiniLM"), ("bm25", "BM25")):
         lodo = (results.get("lodo") or {}).get(cand)
         if not lodo:
@@ -272,6 +316,8 @@ def write_report(results: Mapping[str, Any], out: Path) -> Path:
                   "rows are in the full and large reports' transfer tables)"
                   + ("; so is the generator-coupled flagship, with the generator's features."
                      if any(GENERATOR_LODO in e["rows"] for e in lodo.values()) else "."), ""]
+        if f"lodo/{cand}" in stale:
+            lines += [f"Not yet re-run: the pretrained models of commit {str(stale[f'lodo/{cand}'])[:12]}.", ""]
         lines += lodo_table(lodo)
     lines += ["## Calibration transfer", "", "Calibrated on the recipe's pooled validation splits.", ""]
     lines += calibration_table(results)

@@ -117,3 +117,35 @@ def test_the_generator_flagships_cost_comes_from_the_large_reports_table1(tmp_pa
     line = generator_cost(path)
     assert "at abcdef1" in line and "p50 1.29 ms with the SmolLM2 warm-up features given" in line
     assert "516 ms from raw text" in line or "517 ms from raw text" in line
+
+
+def test_an_updated_run_names_the_parts_still_on_earlier_models(tmp_path):
+    """``--update`` keeps an earlier run's parts: each keeps the pretrained commit it was
+    measured with, and the report names those parts and marks what pools them with newer
+    ones (the zero-shot average) as provisional; once every part is re-run, neither shows."""
+    def coll():
+        return zeroshot._finish({"retrieval": _row([1, 0, 0, 1]), "bm25": _row([0, 0, 0, 1]),
+                                 "lambdamart-base": _row([1, 0, 0, 1]), "anchored-base": _row([1, 1, 0, 1])})
+
+    earlier = {"pretrained_commit": "aaaaaaaaaaaa1111", "collections": {"wikiqa": coll(), "arguana/minilm": coll()},
+               "lodo": {}}
+    zeroshot.backfill_parts(earlier)
+    assert earlier["parts"] == {"wikiqa": {"pretrained_commit": "aaaaaaaaaaaa1111", "commit": None},
+                                "arguana/minilm": {"pretrained_commit": "aaaaaaaaaaaa1111", "commit": None}}
+    # arguana re-run on newer models; wikiqa kept
+    earlier["pretrained_commit"] = "bbbbbbbbbbbb2222"
+    earlier["parts"]["arguana/minilm"] = {"pretrained_commit": "bbbbbbbbbbbb2222", "commit": "c0ffee"}
+    earlier["average"] = zeroshot.zero_shot_average(earlier)
+    from chunksel.study.zeroshot_report import stale_parts
+
+    assert stale_parts(earlier) == {"wikiqa": "aaaaaaaaaaaa1111"}
+    text = write_report(json.loads(json.dumps(earlier)), tmp_path).read_text()
+    assert "in every part but 1, which still show an earlier run's models (WikiQA" in text
+    assert "Not yet re-run: the pretrained models of commit aaaaaaaaaaaa." in text
+    assert text.count("Not yet re-run") == 1  # ArguAna's table carries no such line
+    assert "**Provisional:** this average pools parts measured on the pretrained models of commit aaaaaaaaaaaa" in text
+    assert "(provisional: mixed models)" in text
+    earlier["parts"]["wikiqa"] = {"pretrained_commit": "bbbbbbbbbbbb2222", "commit": "c0ffee"}
+    text = write_report(json.loads(json.dumps(earlier)), tmp_path).read_text()
+    assert "Provisional" not in text and "provisional" not in text and "Not yet re-run" not in text
+    assert "Pretrained models of commit bbbbbbbbbbbb (`make pretrained`), computed by" in text

@@ -131,6 +131,18 @@ def _measure(cs, insts, k: int, tokens=None, text: bool = False) -> list[float]:
     return times
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else the platform's): figures
+    from two machines compare only when it and the load agree."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def short_commit() -> str:
     """The checkout's short HEAD commit (what a result records)."""
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -220,7 +232,7 @@ def main() -> int:
     result = {
         "benchmark": "pretrained_latency", "rows": rows, "fresh_process": fresh,
         "calls": args.calls, "threads": 1, "machine": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(), "load": os.getloadavg(), "python": platform.python_version(),
+        "cpu_model": cpu_model(), "cpus": os.cpu_count(), "load": os.getloadavg(), "python": platform.python_version(),
         "commit": short_commit(),
         "targets": {"p50_k5_ms": 1.5, "p50_k100_ms": 10.0, "fresh_s": 2.0, "late_p50_k5_ms": 2.0},
     }

@@ -204,10 +204,13 @@ def anchored_graph_bytes(selector: Any, quantize: str = "fp32") -> bytes:
 
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
+        from chunksel.export.ops import int8_kernels_saturate
+
         with tempfile.TemporaryDirectory() as tmp:
             fp32, int8 = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
             fp32.write_bytes(data)
-            quantize_dynamic(str(fp32), str(int8), per_channel=True, weight_type=QuantType.QInt8)
+            quantize_dynamic(str(fp32), str(int8), per_channel=True, weight_type=QuantType.QInt8,
+                             reduce_range=int8_kernels_saturate())
             data = int8.read_bytes()
     return data
 

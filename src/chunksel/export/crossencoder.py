@@ -67,8 +67,11 @@ def export_crossencoder(model: Any, path: str | Path, quantize: bool = False) ->
         if quantize:
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
+            from chunksel.export.ops import int8_kernels_saturate
+
             src = Path(tmp) / "int8.onnx"
-            quantize_dynamic(str(fp32), str(src), per_channel=True, weight_type=QuantType.QInt8)
+            quantize_dynamic(str(fp32), str(src), per_channel=True, weight_type=QuantType.QInt8,
+                             reduce_range=int8_kernels_saturate())
         tmp_out = path.with_suffix(path.suffix + ".tmp")
         tmp_out.write_bytes(src.read_bytes())
         os.replace(tmp_out, path)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from chunksel.errors import DataError, require
+from chunksel.export.ops import int8_kernels_saturate
 
 #: minimum cosine between an exported graph's embedding and sentence-transformers' one
 MIN_COSINE = 0.99
@@ -207,21 +208,6 @@ CALIBRATION = PROBES + (
     "Mount Kilimanjaro is a dormant volcano in Tanzania with three volcanic cones: Kibo, Mawenzi "
     "and Shira. It is the highest mountain in Africa, about 5,895 metres above sea level.",
 )
-
-
-def int8_kernels_saturate() -> bool:
-    """True where ONNX Runtime's u8 x s8 kernels may saturate 16-bit sums (x86 without
-    VNNI or AMX: ``vpmaddubsw``), which is what the 7-bit weight range is for. ARM's dot
-    products and x86 VNNI/AMX accumulate in 32 bits."""
-    import platform
-
-    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
-        return False
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return True  # unknown x86: the safe range
-    return not any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
 
 
 def ffn_output_matmuls(graph: Any) -> list[Any]:

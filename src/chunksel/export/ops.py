@@ -75,6 +75,31 @@ def dense(g: GraphBuilder, x: str, w: np.ndarray, b: np.ndarray) -> str:
     return g.op("Add", g.op("MatMul", x, wt), g.const(b, "b"))
 
 
+def int8_kernels_saturate() -> bool:
+    """True where ONNX Runtime's u8 x s8 kernels may saturate 16-bit sums (x86 without
+    VNNI or AMX: ``vpmaddubsw`` adds two u8 x s8 products into an int16, and 255 x 127 x 2
+    overflows it), which is what the 7-bit weight range is for. ARM's dot products and x86
+    VNNI/AMX accumulate in 32 bits. Every int8 export reads it (``reduce_range`` of
+    ``quantize_dynamic``, :func:`int8_layer`'s weight range)."""
+    import platform
+    from pathlib import Path
+
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True  # unknown x86: the safe range
+    return not any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
+
+
+def int8_weight_max(reduce_range: bool | None = None) -> int:
+    """The largest |int8 weight| of a symmetric layer: 127, or 64 where the kernels
+    saturate (``reduce_range``, ONNX Runtime's reduced int8 range [-64, 64]; None:
+    :func:`int8_kernels_saturate`). 255 x 64 x 2 fits an int16."""
+    return 64 if (int8_kernels_saturate() if reduce_range is None else reduce_range) else 127
+
+
 @dataclass(frozen=True)
 class Int8Layer:
     """Initializer names of one int8 layer: weights (in, out), their column scales, the
@@ -87,11 +112,14 @@ class Int8Layer:
     col_sum: str | None
 
 
-def int8_layer(g: GraphBuilder, w: np.ndarray, b: np.ndarray, nonnegative: bool) -> Int8Layer:
-    """Symmetric int8 weights, one scale per output column, for a torch-layout ``w``."""
+def int8_layer(g: GraphBuilder, w: np.ndarray, b: np.ndarray, nonnegative: bool,
+               reduce_range: bool | None = None) -> Int8Layer:
+    """Symmetric int8 weights, one scale per output column, for a torch-layout ``w``; in
+    ONNX Runtime's reduced range (|q| <= 64) where the kernels saturate (:func:`int8_weight_max`)."""
+    qmax = int8_weight_max(reduce_range)
     wt = np.ascontiguousarray(w.T, dtype=np.float32)  # (in, out)
-    w_scale = np.maximum(np.abs(wt).max(axis=0), 1e-12) / 127.0
-    wq = np.clip(np.round(wt / w_scale), -127, 127).astype(np.int8)
+    w_scale = np.maximum(np.abs(wt).max(axis=0), 1e-12) / float(qmax)
+    wq = np.clip(np.round(wt / w_scale), -qmax, qmax).astype(np.int8)
     col_sum = None if nonnegative else g.const(wq.astype(np.int32).sum(axis=0, keepdims=True), "colsum", np.int32)
     return Int8Layer(g.const(wq, "Wq", np.int8), g.const(w_scale, "ws"), g.const(b, "b"), col_sum)
 
@@ -152,4 +180,5 @@ def mlp_int8(g: GraphBuilder, x: str, layers: list[tuple[np.ndarray, np.ndarray]
     return g.op("If", one_row, then_branch=branches[0], else_branch=branches[1])
 
 
-__all__ = ["GraphBuilder", "Int8Layer", "dense", "dense_int8", "int8_layer", "mlp_int8", "require_onnx"]
+__all__ = ["GraphBuilder", "Int8Layer", "dense", "dense_int8", "int8_kernels_saturate", "int8_layer",
+           "int8_weight_max", "mlp_int8", "require_onnx"]

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from chunksel.errors import ConfigError, DataError
-from chunksel.export.ops import GraphBuilder, dense, mlp_int8
+from chunksel.export.ops import GraphBuilder, dense, int8_weight_max, mlp_int8
 
 OPSET = 17
 #: version of the exported graph's input/output contract
@@ -155,6 +155,8 @@ def prototype_graph(selector: Any, quantize: str = "fp32") -> Any:
         "encoder_id": state.encoder_id,
         "tau": str(state.tau),
     }
+    if quantize == "int8":  # 64 on x86 without VNNI, where 8-bit weights saturate the kernels
+        meta["int8_weight_max"] = str(int8_weight_max())
     helper.set_model_props(model, {f"chunksel.{k}": v for k, v in meta.items()})
     g.onnx.checker.check_model(model)
     return model

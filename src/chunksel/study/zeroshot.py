@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from chunksel.study.zeroshot_parts import AVERAGE, backfill_parts
 from chunksel.types import Instance
 
 OUT = Path("reports/zeroshot")
@@ -97,8 +98,6 @@ def collections(progress: bool) -> dict[str, tuple[Callable[[], list[Instance]],
 
 #: the collections whose questions have generator features (the full profile extracts WikiQA's)
 GENERATOR_COLLECTIONS = ("wikiqa",)
-#: collections of the zero-shot average (MiniLM candidates; the held-out datasets join it)
-AVERAGE = ("wikiqa", "nfcorpus/minilm", "arguana/minilm")
 
 
 # ------------------------------------------------------------------ rows
@@ -365,20 +364,6 @@ def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = Non
 
     write_report(results, out)
     return results
-
-
-def part_keys(results: dict[str, Any]) -> list[str]:
-    """The run's parts: each collection's key, then ``lodo/<candidates>``."""
-    return list(results.get("collections") or {}) + [f"lodo/{c}" for c in (results.get("lodo") or {})]
-
-
-def backfill_parts(results: dict[str, Any]) -> None:
-    """Give every part of an earlier run its provenance (``results["parts"]``): a run
-    before per-part records measured all its parts with one set of pretrained models, the
-    ``pretrained_commit`` it recorded."""
-    parts = results.setdefault("parts", {})
-    for key in part_keys(results):
-        parts.setdefault(key, {"pretrained_commit": results.get("pretrained_commit"), "commit": None})
 
 
 def zero_shot_average(results: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from chunksel.study.zeroshot import AVERAGE, part_keys
+from chunksel.study.zeroshot_parts import AVERAGE, stale_parts
 
 LATENCY = Path("benchmarks/results/pretrained_latency.json")
 WHEEL = Path("benchmarks/results/wheel_size.json")
@@ -52,19 +52,6 @@ def part_name(key: str) -> str:
     if key.startswith("lodo/"):
         return f"each dataset held out ({'MiniLM' if key == 'lodo/minilm' else 'BM25'} lists)"
     return NAMES.get(key, key)
-
-
-def stale_parts(results: Mapping[str, Any]) -> dict[str, str | None]:
-    """``{part: pretrained commit}`` of the parts measured on other pretrained models than
-    the run's latest (``results["pretrained_commit"]``): what ``--update`` kept from an
-    earlier run. Empty when every part is the latest models'."""
-    latest, parts = results.get("pretrained_commit"), results.get("parts") or {}
-    out = {}
-    for key in part_keys(dict(results)):
-        commit = (parts.get(key) or {}).get("pretrained_commit", latest)
-        if commit != latest:
-            out[key] = commit
-    return out
 
 
 def _stale_note(keys: list[str], stale: Mapping[str, str | None], what: str) -> list[str]:

@@ -101,8 +101,11 @@ def test_int8_matches_onnxruntime_quantize_dynamic_at_batch_one(fitted, tmp_path
     import onnx
 
     onnx.save(unfolded, tmp_path / "fp32.onnx")
+    from chunksel.export.ops import int8_kernels_saturate
+
     quantize_dynamic(tmp_path / "fp32.onnx", tmp_path / "ref.onnx", per_channel=True,
                      weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                     reduce_range=int8_kernels_saturate(),  # the range the int8 graph takes on this CPU
                      nodes_to_quantize=[n.name for n in unfolded.graph.node if n.name.startswith("mlp")])
     ref = ort.InferenceSession(str(tmp_path / "ref.onnx"), providers=["CPUExecutionProvider"])
     assert any(n.op_type in ("DynamicQuantizeLinear", "DynamicQuantizeMatMul", "MatMulInteger")
@@ -268,3 +271,21 @@ def test_the_export_entry_point_writes_the_declared_graph(fitted, tmp_path):
     assert path.read_bytes() == prototype_graph(sel, "int8").SerializeToString()
     scores, _ = runner(*arrays(insts, feats)[:3])
     assert scores.shape == (len(insts), 5)
+
+
+def test_int8_weights_take_the_reduced_range_where_the_kernels_saturate():
+    """x86 without VNNI adds two u8 x s8 products into an int16 (255 x 127 x 2 overflows it):
+    there the weights take ONNX Runtime's reduced range, |q| <= 64, elsewhere the full one."""
+    from chunksel.export.ops import GraphBuilder, int8_kernels_saturate, int8_layer, int8_weight_max
+
+    assert int8_weight_max(True) == 64 and int8_weight_max(False) == 127
+    assert int8_weight_max() == (64 if int8_kernels_saturate() else 127)
+    assert 255 * int8_weight_max(True) * 2 <= np.iinfo(np.int16).max < 255 * int8_weight_max(False) * 2
+    w = np.random.default_rng(0).normal(size=(8, 16)).astype(np.float32)
+    for reduce, top in ((True, 64), (False, 127)):
+        g = GraphBuilder()
+        layer = int8_layer(g, w, np.zeros(8, np.float32), nonnegative=True, reduce_range=reduce)
+        q = next(t for t in g.inits if t.name == layer.wq)
+        from onnx import numpy_helper
+
+        assert np.abs(numpy_helper.to_array(q)).max() == top  # each column's largest weight maps to the top

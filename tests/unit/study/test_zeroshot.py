@@ -11,6 +11,7 @@ from tests.conftest import make_toy_instances
 
 from chunksel.selectors import make_selector
 from chunksel.study import zeroshot
+from chunksel.study.zeroshot_parts import backfill_parts
 from chunksel.study.zeroshot_report import write_report
 
 
@@ -129,14 +130,14 @@ def test_an_updated_run_names_the_parts_still_on_earlier_models(tmp_path):
 
     earlier = {"pretrained_commit": "aaaaaaaaaaaa1111", "collections": {"wikiqa": coll(), "arguana/minilm": coll()},
                "lodo": {}}
-    zeroshot.backfill_parts(earlier)
+    backfill_parts(earlier)
     assert earlier["parts"] == {"wikiqa": {"pretrained_commit": "aaaaaaaaaaaa1111", "commit": None},
                                 "arguana/minilm": {"pretrained_commit": "aaaaaaaaaaaa1111", "commit": None}}
     # arguana re-run on newer models; wikiqa kept
     earlier["pretrained_commit"] = "bbbbbbbbbbbb2222"
     earlier["parts"]["arguana/minilm"] = {"pretrained_commit": "bbbbbbbbbbbb2222", "commit": "c0ffee"}
     earlier["average"] = zeroshot.zero_shot_average(earlier)
-    from chunksel.study.zeroshot_report import stale_parts
+    from chunksel.study.zeroshot_parts import stale_parts
 
     assert stale_parts(earlier) == {"wikiqa": "aaaaaaaaaaaa1111"}
     text = write_report(json.loads(json.dumps(earlier)), tmp_path).read_text()

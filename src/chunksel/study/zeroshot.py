@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from chunksel.study.zeroshot_parts import AVERAGE, backfill_parts
+from chunksel.study.zeroshot_parts import AVERAGE, backfill_parts, parts_to_rerun
 from chunksel.types import Instance
 
 OUT = Path("reports/zeroshot")
@@ -305,13 +305,15 @@ def _pretrained_dir(name: str) -> Path:
 # ------------------------------------------------------------------ the run
 def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = None,
         lodo_candidates: Sequence[str] = tuple(LODO_CANDIDATES), with_ce: bool = True,
-        update: bool = False, generator: bool = True) -> dict[str, Any]:
+        update: bool = False, generator: bool = True, stale: bool = False) -> dict[str, Any]:
     """Run the collections (``only``: those keys; ``()``: none) and the held-out datasets
     for each of ``lodo_candidates``; ``update`` keeps what ``out/results.json`` holds for
     the parts not run (each part's figures depend on its own inputs alone). Each part
     records the pretrained models and the code it was measured with (``results["parts"]``),
     so a report that keeps an earlier run's parts names them and marks what pools them
-    with newer ones as provisional."""
+    with newer ones as provisional. ``results.json`` is saved after each part, so an
+    interrupted run loses only the part it was in; ``stale`` (with ``update``) narrows the
+    run to the parts not yet measured on the current pretrained models, which resumes it."""
     from chunksel.pretrained import read_manifest
     from chunksel.selectors import make_selector
     from chunksel.study.fitting import git_commit
@@ -326,7 +328,14 @@ def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = Non
         backfill_parts(results)
     results["pretrained_commit"] = read_manifest().get("commit")
     made = {"pretrained_commit": results["pretrained_commit"], "commit": git_commit()}
-    todo = {k: v for k, v in collections(progress).items() if only is None or k in only}
+    every = collections(progress)
+    if stale:
+        keys, lodo_candidates = parts_to_rerun(results, results["pretrained_commit"],
+                                               [k for k in every if only is None or k in only], lodo_candidates)
+        say("not yet on the current pretrained models: " + (", ".join(keys + [f"lodo/{c}" for c in lodo_candidates])
+                                                            or "none"))
+        only = keys
+    todo = {k: v for k, v in every.items() if only is None or k in only}
     ce = crossencoder(progress) if with_ce and todo else None
     for key, (build, stats_corpus) in todo.items():
         tk = time.time()
@@ -351,19 +360,29 @@ def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = Non
         results["collections"][key] = _finish(rows)
         results["seconds"][key] = time.time() - tk
         results["parts"][key] = dict(made)
+        save(results, out)
         say(f"{key}: " + ", ".join(f"{k} {v['rank1']:.2f}" for k, v in rows.items()))
     for cand in lodo_candidates:
         tk = time.time()
         results["lodo"][cand] = lodo(progress, candidates=cand, generator=generator)
         results["seconds"][f"lodo/{cand}"] = time.time() - tk
         results["parts"][f"lodo/{cand}"] = dict(made)
-    results["average"] = zero_shot_average(results)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
+        save(results, out)
+    save(results, out)
     from chunksel.study.zeroshot_report import write_report
 
     write_report(results, out)
     return results
+
+
+def save(results: dict[str, Any], out: Path) -> None:
+    """Write ``out/results.json`` with the average over the parts measured so far (atomically:
+    an interruption leaves the previous save)."""
+    results["average"] = zero_shot_average(results)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=1, default=float) + "\n")
+    tmp.replace(out / "results.json")
 
 
 def zero_shot_average(results: dict[str, Any]) -> dict[str, Any]:
@@ -399,11 +418,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-generator", action="store_true",
                    help="leave out the generator-coupled flagship (its SmolLM2 warm-up features)")
     p.add_argument("--update", action="store_true", help="keep the parts of OUT/results.json not run now")
+    p.add_argument("--stale", action="store_true",
+                   help="with --update: run only the parts not yet on the current pretrained models (resumes a run)")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     only = [] if args.only == ["none"] else args.only
+    if args.stale and not args.update:
+        p.error("--stale keeps the parts already re-run, so it needs --update")
     run(args.out, progress=not args.quiet, only=only, lodo_candidates=args.lodo, with_ce=not args.no_ce,
-        update=args.update, generator=not args.no_generator)
+        update=args.update, generator=not args.no_generator, stale=args.stale)
     return 0
 
 

@@ -9,7 +9,7 @@ and the code (``commit``) it was measured with, in ``results["parts"]``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 #: collections of the zero-shot average (MiniLM candidates; the held-out datasets join it)
@@ -41,3 +41,13 @@ def stale_parts(results: Mapping[str, Any]) -> dict[str, str | None]:
         if commit != latest:
             out[key] = commit
     return out
+
+
+def parts_to_rerun(results: Mapping[str, Any], latest: str | None, collections: Sequence[str],
+                   lodo_candidates: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The ``collections`` and the held-out ``lodo_candidates`` that ``--stale`` runs: those
+    not measured on the pretrained models ``latest``. That includes a part an interrupted
+    run never reached, since the run saves ``results.json`` after each part."""
+    parts = results.get("parts") or {}
+    done = {k for k in part_keys(results) if (parts.get(k) or {}).get("pretrained_commit") == latest}
+    return [k for k in collections if k not in done], [c for c in lodo_candidates if f"lodo/{c}" not in done]

@@ -150,3 +150,21 @@ def test_an_updated_run_names_the_parts_still_on_earlier_models(tmp_path):
     text = write_report(json.loads(json.dumps(earlier)), tmp_path).read_text()
     assert "Provisional" not in text and "provisional" not in text and "Not yet re-run" not in text
     assert "Pretrained models of commit bbbbbbbbbbbb (`make pretrained`), computed by" in text
+
+
+def test_stale_runs_only_the_parts_not_yet_on_the_current_models():
+    """``--stale`` resumes: the parts already on the current pretrained models are skipped,
+    the rest (an earlier run's, and those an interrupted run never reached) run."""
+    from chunksel.study.zeroshot_parts import parts_to_rerun
+
+    rows = zeroshot._finish({"retrieval": _row([1, 0]), "bm25": _row([0, 0])})
+    results = {"collections": {"wikiqa": rows, "trec-dl-2019/bm25": rows, "arguana/minilm": rows},
+               "lodo": {"minilm": {}, "bm25": {}},
+               "parts": {"wikiqa": {"pretrained_commit": "old"}, "trec-dl-2019/bm25": {"pretrained_commit": "new"},
+                         "arguana/minilm": {"pretrained_commit": "new"}, "lodo/minilm": {"pretrained_commit": "new"},
+                         "lodo/bm25": {"pretrained_commit": "old"}}}
+    keys = ["wikiqa", "trec-dl-2019/bm25", "nfcorpus/minilm", "arguana/minilm"]
+    assert parts_to_rerun(results, "new", keys, ["minilm", "bm25"]) == (["wikiqa", "nfcorpus/minilm"], ["bm25"])
+    assert parts_to_rerun(results, "old", keys, ["minilm"]) == (["trec-dl-2019/bm25", "nfcorpus/minilm",
+                                                                 "arguana/minilm"], ["minilm"])
+    assert parts_to_rerun({}, "new", keys, ["minilm"]) == (keys, ["minilm"])

@@ -186,25 +186,41 @@ def minilm_scored(insts: Sequence[Instance]) -> list[Instance]:
     return out
 
 
-def _scores(sel: Any, insts: Sequence[Instance], features: Any = None) -> np.ndarray:
-    s = np.asarray(sel.score(list(insts), features), dtype=np.float64)
+#: questions per scoring call (the progress bar's step)
+SCORE_CHUNK = 256
+
+
+def _scores(sel: Any, insts: Sequence[Instance], features: Any = None, progress: bool = False,
+            name: str = "") -> np.ndarray:
+    from tqdm.auto import tqdm
+
+    from chunksel.config import show_progress
+
+    insts = list(insts)
     width = max(len(i.candidates) for i in insts)
-    if s.shape[1] < width:  # a fixed-K row scores the first K: the rest rank after them
-        s = np.concatenate([s, np.full((len(s), width - s.shape[1]), -1e9)], axis=1)
+    s = np.full((len(insts), width), -1e9)  # a fixed-K row scores the first K: the rest rank after them
+    with tqdm(total=len(insts), desc=f"scoring {name}".strip(), unit="q",
+              disable=not show_progress(progress) or len(insts) <= SCORE_CHUNK) as bar:
+        for a in range(0, len(insts), SCORE_CHUNK):
+            part = np.asarray(sel.score(insts[a:a + SCORE_CHUNK], features), dtype=np.float64)
+            s[a:a + len(part), :min(part.shape[1], width)] = part[:, :width]
+            bar.update(len(part))
     for b, inst in enumerate(insts):
         s[b, len(inst.candidates):] = -np.inf
     return s
 
 
-def evaluate_row(sel: Any, insts: Sequence[Instance], graded: bool, features: Any = None) -> dict[str, Any]:
+def evaluate_row(sel: Any, insts: Sequence[Instance], graded: bool, features: Any = None,
+                 progress: bool = False, name: str = "") -> dict[str, Any]:
     """Rank-1 hits (answerable questions), nDCG@10 / MRR@10 when graded, calibration
-    (``features``: the generator's, for a selector that reads them)."""
+    (``features``: the generator's, for a selector that reads them); a progress bar
+    (``name``) over more than :data:`SCORE_CHUNK` questions."""
     from chunksel.eval.metrics import per_instance_hits
     from chunksel.study.abstention import abstention_of
     from chunksel.types import label_matrix
 
     t = time.perf_counter()
-    scores = _scores(sel, insts, features)
+    scores = _scores(sel, insts, features, progress, name)
     seconds = time.perf_counter() - t
     labels = label_matrix(list(insts), k=scores.shape[1])
     answerable = labels.any(axis=1)
@@ -282,12 +298,13 @@ def lodo(progress: bool, only: Sequence[str] | None = None, candidates: str = "m
             t = time.time()
             sel = make_selector(name, corpus=pretrain.CORPUS, progress=progress, **params)
             sel.fit(tr, None, va)
-            rows[key] = evaluate_row(sel, learned, False)
+            rows[key] = evaluate_row(sel, learned, False, progress=progress, name=key)
             rows[key]["fit_seconds"] = time.time() - t
         if generator:
             t = time.time()
             sel = fit_generator_flagship(tr, va, progress)
-            rows[f"{GENERATOR_ROW} (LODO)"] = evaluate_row(sel, learned, False, generator_features(test, progress))
+            rows[f"{GENERATOR_ROW} (LODO)"] = evaluate_row(sel, learned, False, generator_features(test, progress),
+                                                            progress=progress, name=GENERATOR_ROW)
             rows[f"{GENERATOR_ROW} (LODO)"]["fit_seconds"] = time.time() - t
         out[ds] = _finish(rows)
         out[ds]["anchored_vs_lambdamart"] = compare_rows(
@@ -353,10 +370,11 @@ def run(out: Path = OUT, progress: bool = True, only: Sequence[str] | None = Non
             if key == OWN_STATS:
                 rows[f"{name} (own stats)"] = evaluate_row(pretrained_selector(name, stats_corpus), learned, graded)
         if ce is not None:
-            rows["crossencoder"] = evaluate_row(ce, learned, graded)
+            rows["crossencoder"] = evaluate_row(ce, learned, graded, progress=progress, name="crossencoder")
         if key in GENERATOR_COLLECTIONS and generator:
             flag = generator_flagship(progress)
-            rows[GENERATOR_ROW] = evaluate_row(flag, learned, graded, generator_features(learned, progress))
+            rows[GENERATOR_ROW] = evaluate_row(flag, learned, graded, generator_features(learned, progress),
+                                              progress=progress, name=GENERATOR_ROW)
         results["collections"][key] = _finish(rows)
         results["seconds"][key] = time.time() - tk
         results["parts"][key] = dict(made)

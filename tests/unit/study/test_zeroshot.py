@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from tests.conftest import make_toy_instances
+from tests.conftest import TINY_PROTOTYPE, make_toy_instances
 
 from chunksel.selectors import make_selector
 from chunksel.study import zeroshot
@@ -168,3 +168,16 @@ def test_stale_runs_only_the_parts_not_yet_on_the_current_models():
     assert parts_to_rerun(results, "old", keys, ["minilm"]) == (["trec-dl-2019/bm25", "nfcorpus/minilm",
                                                                  "arguana/minilm"], ["minilm"])
     assert parts_to_rerun({}, "new", keys, ["minilm"]) == (keys, ["minilm"])
+
+
+def test_scoring_in_chunks_gives_the_whole_batchs_scores(monkeypatch):
+    """The zero-shot rows score in chunks of SCORE_CHUNK questions (a progress bar's step):
+    the scores, their padding and so every figure are those of one call over all."""
+    inst = make_toy_instances(n=23, seed=3)  # the last one has 3 of 5 candidates: padded
+    sel = make_selector("prototype", k=5, blocks=("chunk",), **TINY_PROTOTYPE)  # reads chunk embeddings only
+    sel.fit([i for i in inst if i.split == "train"], None)
+    whole = zeroshot._scores(sel, inst)
+    monkeypatch.setattr(zeroshot, "SCORE_CHUNK", 5)
+    chunked = zeroshot._scores(sel, inst, progress=True, name="prototype")
+    np.testing.assert_allclose(chunked, whole, rtol=1e-6, atol=1e-7)
+    assert np.isneginf(whole[-1, 3:]).all() and np.isfinite(whole[:-1]).all()

@@ -262,7 +262,7 @@ def write_report(results: Mapping[str, Any], out: Path) -> Path:
         models = (f"Pretrained models of commit {str(results.get('pretrained_commit'))[:12]} (`make pretrained`) "
                   f"in every part but {len(stale)}, which still show an earlier run's models ("
                   + "; ".join(f"{part_name(k)}: commit {str(c)[:12]}" for k, c in stale.items())
-                  + "; `python -m chunksel.study.zeroshot --update` with `--only` or `--lodo` re-runs a part), ")
+                  + "; `python -m chunksel.study.zeroshot --update --stale` re-runs them), ")
     lines = ["# Zero-shot report: the pretrained selectors on collections they never saw", "",
              models + f"computed by `python -m chunksel.study.zeroshot` (its parts' times add up to "
              f"{sum((results.get('seconds') or {}).values()) / 60:.0f} minutes on two shared cores). "

@@ -443,6 +443,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     only = [] if args.only == ["none"] else args.only
     if args.stale and not args.update:
         p.error("--stale keeps the parts already re-run, so it needs --update")
+    unknown = sorted(set(only or ()) - set(collections(False)))
+    if unknown:
+        p.error(f"unknown collection(s) {', '.join(unknown)}; known: {', '.join(collections(False))}")
     run(args.out, progress=not args.quiet, only=only, lodo_candidates=args.lodo, with_ce=not args.no_ce,
         update=args.update, generator=not args.no_generator, stale=args.stale)
     return 0

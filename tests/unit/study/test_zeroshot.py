@@ -181,3 +181,13 @@ def test_scoring_in_chunks_gives_the_whole_batchs_scores(monkeypatch):
     chunked = zeroshot._scores(sel, inst, progress=True, name="prototype")
     np.testing.assert_allclose(chunked, whole, rtol=1e-6, atol=1e-7)
     assert np.isneginf(whole[-1, 3:]).all() and np.isfinite(whole[:-1]).all()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--stale"], "--stale keeps the parts already re-run, so it needs --update"),
+    (["--only", "arguana/minilmm"], "unknown collection(s) arguana/minilmm; known: wikiqa,"),
+])
+def test_the_run_refuses_bad_options_in_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        zeroshot.main(argv)
+    assert message in capsys.readouterr().err
